@@ -1,0 +1,117 @@
+// Intrusive FIFO waiter lists and the cancellable-wait awaiter base shared by event,
+// semaphore, channel and sleep. Waking never resumes inline: it queues the waiter on its
+// scheduler, so a release() inside a handler cannot recurse into other tasks.
+#pragma once
+
+#include <coroutine>
+#include <optional>
+#include <stop_token>
+
+#include <coverse/runtime/scheduler.hpp>
+#include <coverse/runtime/task.hpp>
+
+namespace coverse::detail {
+
+struct waiter {
+    enum class state : unsigned char { idle, waiting, woken, cancelled };
+    waiter* prev = nullptr;
+    waiter* next = nullptr;
+    std::coroutine_handle<> handle;
+    scheduler* sched = nullptr;
+    state st = state::idle;
+
+    /// Called by the primitive after it unlinked this waiter: resume it later.
+    void wake() noexcept {
+        st = state::woken;
+        sched->schedule(handle);
+    }
+};
+
+class waiter_list {
+  public:
+    bool empty() const noexcept { return _head == nullptr; }
+    waiter* front() const noexcept { return _head; }
+    void push_back(waiter* w) noexcept {
+        w->prev = _tail;
+        w->next = nullptr;
+        if (_tail)
+            _tail->next = w;
+        else
+            _head = w;
+        _tail = w;
+    }
+    void remove(waiter* w) noexcept {
+        if (w->prev)
+            w->prev->next = w->next;
+        else
+            _head = w->next;
+        if (w->next)
+            w->next->prev = w->prev;
+        else
+            _tail = w->prev;
+        w->prev = w->next = nullptr;
+    }
+    waiter* pop_front() noexcept {
+        waiter* w = _head;
+        if (w) remove(w);
+        return w;
+    }
+
+  private:
+    waiter* _head = nullptr;
+    waiter* _tail = nullptr;
+};
+
+/// CRTP base of an awaiter that waits in some primitive's list and honours the awaiting
+/// task's stop token. Derived provides `bool try_now()` (complete without waiting),
+/// `void enqueue()` and `void dequeue()` (link/unlink itself in the primitive's list).
+/// Stop callbacks must run on the scheduler's thread (request stop from a task, a timer
+/// or a scheduler.post()): primitives are single-scheduler objects.
+template <class Derived>
+class cancellable_wait : protected waiter {
+  public:
+    cancellable_wait() = default;
+    cancellable_wait(const cancellable_wait&) = delete;
+    cancellable_wait& operator=(const cancellable_wait&) = delete;
+
+    bool await_ready() noexcept { return derived().try_now(); }
+
+    template <class P>
+    bool await_suspend(std::coroutine_handle<P> h) {
+        const std::stop_token* tok = nullptr;
+        if constexpr (has_stop_v<P>) tok = h.promise().stop();
+        if (tok && tok->stop_requested()) {
+            st = state::cancelled;
+            return false;
+        }
+        handle = h;
+        sched = &scheduler::this_thread();
+        st = state::waiting;
+        derived().enqueue();
+        if (tok && tok->stop_possible()) _on_stop.emplace(*tok, canceller{this});
+        return true;
+    }
+
+  protected:
+    /// For await_resume: throws cancelled_error if the wait was cancelled.
+    void check_cancelled() const {
+        if (st == state::cancelled) throw cancelled_error{};
+    }
+
+  private:
+    struct canceller {
+        cancellable_wait* self;
+        void operator()() const noexcept { self->cancel(); }
+    };
+    void cancel() noexcept {
+        if (st != state::waiting) return;
+        derived().dequeue();
+        st = state::cancelled;
+        sched->schedule(handle);
+    }
+    Derived& derived() noexcept { return static_cast<Derived&>(*this); }
+
+    std::optional<std::stop_callback<canceller>> _on_stop;
+};
+
+}  // namespace coverse::detail

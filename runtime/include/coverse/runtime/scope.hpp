@@ -1,0 +1,70 @@
+// task_scope: the only owner of tasks that nobody awaits. Spawned tasks run detached on
+// the current scheduler; the scope counts them, can ask them to stop, and must be joined
+// before it dies. An exception escaping a spawned task is reported with the task's name.
+#pragma once
+
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+
+#include <coverse/runtime/task.hpp>
+
+namespace coverse {
+
+/// Called with the task's name and its exception when a spawned task fails. The default
+/// prints "coverse: spawned task '<name>' failed: <what>" to stderr and aborts: a protocol
+/// task that dies silently is how runtimes hang.
+using spawn_failure_handler = std::function<void(std::string_view name, std::exception_ptr)>;
+/// Installs a process-wide handler (null restores the default); returns the previous one.
+spawn_failure_handler set_spawn_failure_handler(spawn_failure_handler h);
+
+class task_scope {
+  public:
+    explicit task_scope(std::string name = "scope");
+    /// A scope destroyed while tasks it spawned still run is a bug (they would outlive
+    /// what they reference): it is reported with the scope's and the tasks' names, and
+    /// the process aborts.
+    ~task_scope();
+    task_scope(const task_scope&) = delete;
+    task_scope& operator=(const task_scope&) = delete;
+
+    /// Starts `t` on the current scheduler (it runs from the next loop iteration). The
+    /// task inherits this scope's stop token.
+    void spawn(task<void> t, std::string name);
+
+    /// Completes when every spawned task has finished (immediately if none runs).
+    task<void> join();
+    /// Asks every spawned task to stop (their cancellable waits throw cancelled_error).
+    void request_stop() noexcept { _stop_source.request_stop(); }
+    std::size_t live() const noexcept { return _live; }
+    const std::string& name() const noexcept { return _name; }
+    /// Names of the running tasks, comma separated (for diagnostics).
+    std::string live_names() const;
+
+  private:
+    struct record {
+        std::string name;
+        record* prev = nullptr;
+        record* next = nullptr;
+    };
+    struct runner;
+    static runner run(task<void> t);
+    void on_finished(record& r) noexcept;
+
+    std::string _name;
+    std::stop_source _stop_source;
+    std::stop_token _stop_token;
+    std::size_t _live = 0;
+    record* _records = nullptr;
+    std::coroutine_handle<> _joiner;
+};
+
+namespace detail {
+void report_spawn_failure(std::string_view name, std::exception_ptr e) noexcept;
+}
+
+}  // namespace coverse

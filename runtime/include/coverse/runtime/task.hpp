@@ -1,0 +1,208 @@
+// task<T>: the lazy, move-only coroutine type every coverse protocol step is written as.
+// Symmetric transfer at final_suspend, exceptions delivered to the awaiter, and the
+// awaiter's cancellation token inherited by the awaited task.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace coverse {
+
+/// Thrown by a cancellable wait (sleep, event, semaphore, channel) whose stop token was
+/// triggered. Tasks normally let it propagate; `with_timeout` and `when_any` absorb it.
+class cancelled_error : public std::exception {
+  public:
+    const char* what() const noexcept override { return "coverse: operation cancelled"; }
+};
+
+template <class T = void>
+class task;
+
+namespace detail {
+
+/// Live coroutine frames of every promise type that derives from promise_base. Tests read
+/// it to prove nothing leaks at shutdown; relaxed, because it is only a count.
+inline std::atomic<std::int64_t> live_frame_count{0};
+
+class promise_base {
+  public:
+    promise_base() noexcept { live_frame_count.fetch_add(1, std::memory_order_relaxed); }
+    ~promise_base() { live_frame_count.fetch_sub(1, std::memory_order_relaxed); }
+    promise_base(const promise_base&) = delete;
+    promise_base& operator=(const promise_base&) = delete;
+
+    /// The stop token of the operation this frame belongs to. A pointer, not a copy: the
+    /// token lives in an ancestor frame (with_timeout, when_any, a scope) that outlives
+    /// this one, and copying a std::stop_token costs two atomic operations per await.
+    const std::stop_token* stop() const noexcept { return _stop; }
+    void set_stop(const std::stop_token* s) noexcept { _stop = s; }
+
+  protected:
+    const std::stop_token* _stop = nullptr;
+};
+
+template <class P>
+inline constexpr bool has_stop_v = std::is_base_of_v<promise_base, P>;
+
+/// Copies the awaiting coroutine's stop token into the awaited one, when both have one.
+template <class Caller>
+void inherit_stop(promise_base& callee, std::coroutine_handle<Caller> caller) noexcept {
+    if constexpr (has_stop_v<Caller>) callee.set_stop(caller.promise().stop());
+}
+
+class task_promise_base : public promise_base {
+  public:
+    std::suspend_always initial_suspend() const noexcept { return {}; }
+
+    struct final_awaiter {
+        bool await_ready() const noexcept { return false; }
+        // Symmetric transfer: resuming the awaiter is a tail call, so a loop of
+        // synchronously completing awaits does not grow the stack.
+        template <class P>
+        std::coroutine_handle<> await_suspend(std::coroutine_handle<P> self) const noexcept {
+            return self.promise()._continuation;
+        }
+        void await_resume() const noexcept {}
+    };
+    final_awaiter final_suspend() const noexcept { return {}; }
+
+    void set_continuation(std::coroutine_handle<> c) noexcept { _continuation = c; }
+
+  private:
+    std::coroutine_handle<> _continuation = std::noop_coroutine();
+};
+
+template <class T>
+class task_promise final : public task_promise_base {
+  public:
+    task<T> get_return_object() noexcept;
+
+    template <class U>
+    requires std::is_convertible_v<U&&, T>
+    void return_value(U&& v) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+        _result.template emplace<1>(std::forward<U>(v));
+    }
+    void unhandled_exception() noexcept { _result.template emplace<2>(std::current_exception()); }
+
+    T take() {
+        if (_result.index() == 2) std::rethrow_exception(std::get<2>(_result));
+        return std::move(std::get<1>(_result));
+    }
+
+  private:
+    std::variant<std::monostate, T, std::exception_ptr> _result;
+};
+
+template <>
+class task_promise<void> final : public task_promise_base {
+  public:
+    task<void> get_return_object() noexcept;
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { _exception = std::current_exception(); }
+    void take() {
+        if (_exception) std::rethrow_exception(_exception);
+    }
+
+  private:
+    std::exception_ptr _exception;
+};
+
+}  // namespace detail
+
+/// A lazily started coroutine producing a T. Awaiting it starts it; its frame is freed
+/// when the task object is destroyed. Only `co_await`, `sync_wait` or an owning scope
+/// (`task_scope::spawn`, `scheduler::spawn`) may run it.
+template <class T>
+class [[nodiscard]] task {
+  public:
+    using promise_type = detail::task_promise<T>;
+    using handle_type = std::coroutine_handle<promise_type>;
+    using value_type = T;
+
+    task() noexcept = default;
+    explicit task(handle_type h) noexcept : _h(h) {}
+    task(task&& o) noexcept : _h(std::exchange(o._h, {})) {}
+    task& operator=(task&& o) noexcept {
+        if (this != &o) {
+            if (_h) _h.destroy();
+            _h = std::exchange(o._h, {});
+        }
+        return *this;
+    }
+    task(const task&) = delete;
+    task& operator=(const task&) = delete;
+    ~task() {
+        if (_h) _h.destroy();
+    }
+
+    bool valid() const noexcept { return static_cast<bool>(_h); }
+
+    struct awaiter {
+        handle_type h;
+        bool await_ready() const noexcept { return false; }
+        template <class Caller>
+        std::coroutine_handle<> await_suspend(std::coroutine_handle<Caller> caller) noexcept {
+            h.promise().set_continuation(caller);
+            detail::inherit_stop(h.promise(), caller);
+            return h;
+        }
+        T await_resume() { return h.promise().take(); }
+    };
+
+    /// Awaiting an empty (moved-from) task is a programming error caught in debug builds.
+    awaiter operator co_await() const& noexcept { return awaiter{_h}; }
+    awaiter operator co_await() && noexcept { return awaiter{_h}; }
+
+    /// For the runners in this library (sync_wait, scopes, when_all): the raw handle.
+    handle_type handle() const noexcept { return _h; }
+
+  private:
+    handle_type _h;
+};
+
+namespace detail {
+template <class T>
+task<T> task_promise<T>::get_return_object() noexcept {
+    return task<T>{std::coroutine_handle<task_promise<T>>::from_promise(*this)};
+}
+inline task<void> task_promise<void>::get_return_object() noexcept {
+    return task<void>{std::coroutine_handle<task_promise<void>>::from_promise(*this)};
+}
+
+/// The value a task<T> yields in aggregate results: void becomes std::monostate.
+template <class T>
+using value_t = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
+}  // namespace detail
+
+/// The number of live coroutine frames whose promise derives from coverse's promise base.
+inline std::int64_t live_task_frames() noexcept {
+    return detail::live_frame_count.load(std::memory_order_relaxed);
+}
+
+namespace this_task {
+/// `co_await this_task::stop_token()` yields the current task's stop token (empty when the
+/// task was started without one), for tasks that poll for cancellation themselves.
+struct stop_token_awaiter {
+    std::stop_token token;
+    bool await_ready() const noexcept { return false; }
+    template <class P>
+    bool await_suspend(std::coroutine_handle<P> h) noexcept {
+        if constexpr (detail::has_stop_v<P>) {
+            if (auto* s = h.promise().stop()) token = *s;
+        }
+        return false;  // never actually suspends
+    }
+    std::stop_token await_resume() noexcept { return std::move(token); }
+};
+inline stop_token_awaiter stop_token() noexcept {
+    return {};
+}
+}  // namespace this_task
+
+}  // namespace coverse

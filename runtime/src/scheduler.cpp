@@ -1,0 +1,342 @@
+// scheduler: the per-PE loop. Order per iteration: ready tasks (bounded by the quota),
+// remote posts, expired timers, the reactor, the pollers, then user-handler deliveries
+// unless nested inside one. Idle: spin for `spin`, then block in the reactor.
+#include <coverse/runtime/scheduler.hpp>
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <coverse/runtime/scope.hpp>
+#include <coverse/runtime/sync_wait.hpp>
+
+namespace coverse {
+
+namespace {
+thread_local scheduler* t_current = nullptr;
+
+long env_long(const char* name, long fallback) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
+    char* end = nullptr;
+    long x = std::strtol(v, &end, 10);
+    if (*end != '\0' || x < 0) {
+        std::fprintf(stderr, "coverse: ignoring %s=%s: expected a non-negative integer\n", name, v);
+        return fallback;
+    }
+    return x;
+}
+}  // namespace
+
+scheduler_options scheduler_options::from_env() {
+    scheduler_options o;
+    o.spin = std::chrono::microseconds(env_long("COVERSE_SPIN_US", o.spin.count()));
+    o.task_quota =
+        static_cast<unsigned>(std::max(1L, env_long("COVERSE_TASK_QUOTA", o.task_quota)));
+    o.use_io_uring = env_long("COVERSE_IO_URING", 1) != 0;
+    return o;
+}
+
+/// The wake-up read: a background io_uring read of the eventfd, re-armed after every
+/// completion, so a post from another thread ends the scheduler's block in the ring.
+class scheduler::wakeup_read final : public completion {
+  public:
+    wakeup_read(reactor& r, int fd) : _r(r), _fd(fd) {}
+    void arm() {
+        if (_armed || _stopping) return;
+        io_uring_prep_read(_r.prepare_background(this), _fd, &_value, sizeof _value, 0);
+        _armed = true;
+    }
+    void stop() {
+        _stopping = true;
+        if (_armed) _r.cancel(this);
+    }
+    void complete(int, std::uint32_t) noexcept override {
+        _armed = false;
+        // Re-armed lazily by the next block(): while the loop spins it drains the remote
+        // queue directly, so no read needs to be in flight.
+    }
+
+  private:
+    reactor& _r;
+    int _fd;
+    std::uint64_t _value = 0;  // the kernel writes here until the final completion
+    bool _armed = false;
+    bool _stopping = false;
+};
+
+scheduler* scheduler::current() noexcept {
+    return t_current;
+}
+
+scheduler& scheduler::this_thread() noexcept {
+    if (!t_current) {
+        std::fprintf(stderr,
+                     "coverse: a coverse awaitable was used on a thread with no scheduler; run "
+                     "the task with coverse::sync_wait() or inside a PE's loop\n");
+        std::abort();
+    }
+    return *t_current;
+}
+
+scheduler::scheduler(scheduler_options opts) : _opts(opts) {
+    _wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (_wake_fd < 0) {
+        std::fprintf(stderr,
+                     "coverse: eventfd failed: %s (raise the open-files limit: ulimit -n)\n",
+                     std::strerror(errno));
+        std::abort();
+    }
+    if (_opts.use_io_uring) {
+        _reactor = reactor::create(_opts.ring_entries, &_no_reactor_why);
+    } else {
+        _no_reactor_why = "io_uring disabled by configuration (COVERSE_IO_URING=0)";
+    }
+    if (_reactor) _wakeup = std::make_unique<wakeup_read>(*_reactor, _wake_fd);
+    _root = std::make_unique<task_scope>("scheduler");
+    _previous = t_current;
+    t_current = this;
+}
+
+scheduler::~scheduler() {
+    // 1. Ask spawned tasks to stop and let them finish.
+    if (_root->live() > 0) {
+        _root->request_stop();
+        const auto end = clock::now() + std::chrono::seconds(10);
+        run_until([&] { return _root->live() == 0 || clock::now() > end; });
+        if (_root->live() > 0) {
+            std::fprintf(stderr,
+                         "coverse: scheduler shutdown: %zu spawned task(s) did not stop within "
+                         "10 s after a stop request: %s\n",
+                         _root->live(), _root->live_names().c_str());
+            std::abort();
+        }
+    }
+    _root.reset();
+    // 2. Cancel our own request and reap until the ring has nothing in flight: closing
+    //    the ring does not wait for what the kernel still writes into our buffers.
+    if (_reactor) {
+        _wakeup->stop();
+        if (!_reactor->drain(std::chrono::seconds(5)))
+            std::fprintf(stderr,
+                         "coverse: scheduler shutdown: %llu io_uring request(s) still "
+                         "in flight after 5 s\n",
+                         static_cast<unsigned long long>(_reactor->in_flight()));
+        _reactor.reset();
+        _wakeup.reset();
+    }
+    ::close(_wake_fd);
+    t_current = _previous;
+}
+
+void scheduler::spawn(task<void> t, std::string name) {
+    _root->spawn(std::move(t), std::move(name));
+}
+
+void scheduler::add_poller(poller& p) {
+    _pollers.push_back(&p);
+}
+
+void scheduler::remove_poller(poller& p) noexcept {
+    _pollers.erase(std::remove(_pollers.begin(), _pollers.end(), &p), _pollers.end());
+}
+
+// ---- timers: an indexed binary min-heap ---------------------------------------------
+
+bool scheduler::heap_less(std::size_t a, std::size_t b) const noexcept {
+    const timer_node* x = _timers[a];
+    const timer_node* y = _timers[b];
+    return x->deadline < y->deadline || (x->deadline == y->deadline && x->seq < y->seq);
+}
+
+void scheduler::heap_swap(std::size_t a, std::size_t b) noexcept {
+    std::swap(_timers[a], _timers[b]);
+    _timers[a]->heap_index = a;
+    _timers[b]->heap_index = b;
+}
+
+void scheduler::heap_up(std::size_t i) noexcept {
+    while (i > 0) {
+        std::size_t parent = (i - 1) / 2;
+        if (!heap_less(i, parent)) break;
+        heap_swap(i, parent);
+        i = parent;
+    }
+}
+
+void scheduler::heap_down(std::size_t i) noexcept {
+    const std::size_t n = _timers.size();
+    for (;;) {
+        std::size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && heap_less(l, m)) m = l;
+        if (r < n && heap_less(r, m)) m = r;
+        if (m == i) return;
+        heap_swap(i, m);
+        i = m;
+    }
+}
+
+void scheduler::add_timer(timer_node& t) {
+    t.seq = ++_timer_seq;
+    t.heap_index = _timers.size();
+    _timers.push_back(&t);
+    heap_up(t.heap_index);
+}
+
+void scheduler::cancel_timer(timer_node& t) noexcept {
+    if (!t.armed()) return;
+    const std::size_t i = t.heap_index;
+    const std::size_t last = _timers.size() - 1;
+    if (i != last) heap_swap(i, last);
+    _timers.pop_back();
+    t.heap_index = static_cast<std::size_t>(-1);
+    if (i < _timers.size()) {
+        heap_up(i);
+        heap_down(i);
+    }
+}
+
+bool scheduler::fire_timers(clock::time_point now) {
+    bool fired = false;
+    while (!_timers.empty() && _timers.front()->deadline <= now) {
+        timer_node* t = _timers.front();
+        cancel_timer(*t);
+        ++_stats.timers_fired;
+        t->fire(t);
+        fired = true;
+    }
+    return fired;
+}
+
+// ---- the loop -----------------------------------------------------------------------
+
+bool scheduler::run_ready() {
+    unsigned n = 0;
+    while (n < _opts.task_quota && !_ready.empty()) {
+        std::coroutine_handle<> h = _ready.front();
+        _ready.pop_front();
+        h.resume();
+        ++n;
+    }
+    _stats.resumed += n;
+    return n > 0;
+}
+
+void scheduler::post(void (*fn)(void*), void* arg) {
+    if (!_remote.push(remote_item{fn, arg})) {
+        std::fprintf(stderr, "coverse: cross-thread post failed: out of memory\n");
+        std::abort();
+    }
+    // Pairs with the fence in block(): either the scheduler sees our item before it
+    // sleeps, or we see it sleeping and wake it (Dekker-style; both sides fence).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (_sleeping.load(std::memory_order_relaxed) && _sleeping.exchange(false)) {
+        const std::uint64_t one = 1;
+        [[maybe_unused]] ssize_t r = ::write(_wake_fd, &one, sizeof one);  // EAGAIN: already due
+    }
+}
+
+bool scheduler::drain_remote() {
+    unsigned n = 0;
+    remote_item item{};
+    while (n < _opts.remote_quota && _remote.pop(item)) {
+        item.fn(item.arg);
+        ++n;
+    }
+    _stats.remote += n;
+    return n > 0;
+}
+
+bool scheduler::poll_pollers() {
+    bool did = false;
+    for (std::size_t i = 0; i < _pollers.size(); ++i)
+        did |= _pollers[i]->poll();
+    return did;
+}
+
+bool scheduler::deliver_one() {
+    if (_delivery_depth > 0 || _deliveries.empty()) return false;
+    std::function<void()> fn = std::move(_deliveries.front());
+    _deliveries.pop_front();
+    delivery_guard guard(*this);
+    ++_stats.deliveries;
+    fn();
+    return true;
+}
+
+bool scheduler::run_once() {
+    bool did = run_ready();
+    did |= drain_remote();
+    if (!_timers.empty()) did |= fire_timers(clock::now());
+    if (_reactor) did |= _reactor->poll();
+    if (!_pollers.empty()) did |= poll_pollers();
+    if (_delivery_depth == 0) {
+        for (unsigned n = 0; n < _opts.task_quota && deliver_one(); ++n)
+            did = true;
+    }
+    return did;
+}
+
+void scheduler::step(loop_state& st) {
+    if (run_once() || !_ready.empty()) {
+        st.idle = false;
+        return;
+    }
+    const auto now = clock::now();
+    if (!st.idle) {
+        st.idle = true;
+        st.idle_since = now;
+        return;
+    }
+    if (now - st.idle_since < _opts.spin) return;  // keep polling: a wake-up costs ~8 µs
+    block(now);
+    st.idle = false;
+}
+
+void scheduler::block(clock::time_point now) {
+    for (poller* p : _pollers)
+        if (!p->try_sleep()) return;
+
+    std::chrono::nanoseconds timeout(-1);
+    if (!_timers.empty())
+        timeout = std::max(
+            std::chrono::nanoseconds::zero(),
+            std::chrono::duration_cast<std::chrono::nanoseconds>(_timers.front()->deadline - now));
+
+    if (_reactor) _wakeup->arm();
+    _sleeping.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!_remote.empty()) {
+        _sleeping.store(false, std::memory_order_relaxed);
+        return;
+    }
+    ++_stats.blocks;
+    if (_reactor) {
+        _reactor->wait(timeout);
+    } else {
+        pollfd pfd{_wake_fd, POLLIN, 0};
+        timespec ts{};
+        timespec* tsp = nullptr;
+        if (timeout.count() >= 0) {
+            ts.tv_sec = timeout.count() / 1'000'000'000;
+            ts.tv_nsec = timeout.count() % 1'000'000'000;
+            tsp = &ts;
+        }
+        if (::ppoll(&pfd, 1, tsp, nullptr) > 0) {
+            std::uint64_t v = 0;
+            [[maybe_unused]] ssize_t r = ::read(_wake_fd, &v, sizeof v);
+        }
+    }
+    _sleeping.store(false, std::memory_order_relaxed);
+    for (poller* p : _pollers)
+        p->wake();
+}
+
+}  // namespace coverse
