@@ -47,7 +47,7 @@ scheduler_options scheduler_options::from_env() {
 /// The wake-up read: a background io_uring read of the eventfd, re-armed after every
 /// completion, so a post from another thread ends the scheduler's block in the ring.
 class scheduler::wakeup_read final : public completion {
-  public:
+public:
     wakeup_read(reactor& r, int fd) : _r(r), _fd(fd) {}
     void arm() {
         if (_armed || _stopping) return;
@@ -64,7 +64,7 @@ class scheduler::wakeup_read final : public completion {
         // queue directly, so no read needs to be in flight.
     }
 
-  private:
+private:
     reactor& _r;
     int _fd;
     std::uint64_t _value = 0;  // the kernel writes here until the final completion

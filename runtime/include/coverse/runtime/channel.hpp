@@ -14,7 +14,7 @@ namespace coverse {
 
 template <class T>
 class channel {
-  public:
+public:
     explicit channel(std::size_t capacity) : _capacity(capacity) {}
     channel(const channel&) = delete;
     channel& operator=(const channel&) = delete;
@@ -70,7 +70,7 @@ class channel {
     }
 
     class send_awaiter : public detail::cancellable_wait<send_awaiter> {
-      public:
+    public:
         send_awaiter(channel& c, T v) : _c(c), _value(std::move(v)) {}
         bool try_now() {
             if (_c._closed) return true;  // resumes with false
@@ -85,7 +85,7 @@ class channel {
             return _accepted;
         }
 
-      private:
+    private:
         friend class channel;
         channel& _c;
         T _value;
@@ -93,7 +93,7 @@ class channel {
     };
 
     class recv_awaiter : public detail::cancellable_wait<recv_awaiter> {
-      public:
+    public:
         explicit recv_awaiter(channel& c) noexcept : _c(c) {}
         bool try_now() {
             _value = _c.try_recv();
@@ -107,7 +107,7 @@ class channel {
             return std::move(_value);
         }
 
-      private:
+    private:
         friend class channel;
         channel& _c;
         std::optional<T> _value;
@@ -119,7 +119,7 @@ class channel {
     /// `co_await ch.recv()`: suspends while the channel is empty.
     recv_awaiter recv() noexcept { return recv_awaiter{*this}; }
 
-  private:
+private:
     std::size_t _capacity;
     std::deque<T> _buffer;
     bool _closed = false;

@@ -7,7 +7,7 @@
 namespace coverse {
 
 class event {
-  public:
+public:
     explicit event(bool set = false) noexcept : _set(set) {}
     event(const event&) = delete;
     event& operator=(const event&) = delete;
@@ -21,21 +21,21 @@ class event {
     void reset() noexcept { _set = false; }
 
     class wait_awaiter : public detail::cancellable_wait<wait_awaiter> {
-      public:
+    public:
         explicit wait_awaiter(event& e) noexcept : _e(e) {}
         bool try_now() const noexcept { return _e._set; }
         void enqueue() noexcept { _e._waiters.push_back(this); }
         void dequeue() noexcept { _e._waiters.remove(this); }
         void await_resume() const { check_cancelled(); }
 
-      private:
+    private:
         event& _e;
     };
     /// `co_await ev.wait()`: returns once the event is set; throws cancelled_error if the
     /// task's stop token fires first.
     wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
 
-  private:
+private:
     bool _set;
     detail::waiter_list _waiters;
 };

@@ -17,10 +17,10 @@ namespace coverse {
 /// for a zero-copy send's second (notification) completion. `complete` runs on the
 /// reactor's thread from inside `reactor::poll`/`wait`.
 class completion {
-  public:
+public:
     virtual void complete(int result, std::uint32_t cqe_flags) noexcept = 0;
 
-  protected:
+protected:
     ~completion() = default;
 };
 
@@ -39,7 +39,7 @@ struct reactor_features {
 };
 
 class reactor {
-  public:
+public:
     /// Creates a ring with the best setup flags this kernel accepts, trying them from the
     /// most to the least capable (never by kernel version). Returns null and fills `why`
     /// when io_uring cannot be used at all (seccomp, kernel.io_uring_disabled, ENOSYS).
@@ -86,7 +86,7 @@ class reactor {
 
     io_uring* ring() noexcept { return &_ring; }
 
-  private:
+private:
     reactor() = default;
     unsigned reap();
     void submit_pending();

@@ -28,7 +28,7 @@ using clock = std::chrono::steady_clock;
 /// cannot promise to wake you" (work pending, or no fd armed), so it keeps spinning;
 /// `wake()` follows every block.
 class poller {
-  public:
+public:
     virtual ~poller() = default;
     virtual bool poll() = 0;
     virtual bool try_sleep() { return true; }
@@ -67,7 +67,7 @@ template <class T>
 class task;
 
 class scheduler {
-  public:
+public:
     explicit scheduler(scheduler_options opts = scheduler_options::from_env());
     /// Stops intake, asks spawned tasks to stop, runs until they finish (reporting any that
     /// do not within 10 s), reaps the reactor until nothing is in flight, then closes it.
@@ -161,8 +161,10 @@ class scheduler {
         std::uint64_t resumed = 0, remote = 0, timers_fired = 0, deliveries = 0, blocks = 0;
     };
     const counters& stats() const noexcept { return _stats; }
+    std::size_t pending_timers() const noexcept { return _timers.size(); }
+    std::size_t ready_tasks() const noexcept { return _ready.size(); }
 
-  private:
+private:
     struct loop_state {
         clock::time_point idle_since{};
         bool idle = false;
@@ -211,13 +213,13 @@ class scheduler {
 /// Marks the running code as a user-handler delivery for its lifetime (the facade wraps
 /// each handler call in one); sync_wait inside it will not run other deliveries.
 class delivery_guard {
-  public:
+public:
     explicit delivery_guard(scheduler& s) noexcept : _s(s) { ++_s._delivery_depth; }
     ~delivery_guard() { --_s._delivery_depth; }
     delivery_guard(const delivery_guard&) = delete;
     delivery_guard& operator=(const delivery_guard&) = delete;
 
-  private:
+private:
     scheduler& _s;
 };
 

@@ -23,7 +23,7 @@ using spawn_failure_handler = std::function<void(std::string_view name, std::exc
 spawn_failure_handler set_spawn_failure_handler(spawn_failure_handler h);
 
 class task_scope {
-  public:
+public:
     explicit task_scope(std::string name = "scope");
     /// A scope destroyed while tasks it spawned still run is a bug (they would outlive
     /// what they reference): it is reported with the scope's and the tasks' names, and
@@ -45,7 +45,7 @@ class task_scope {
     /// Names of the running tasks, comma separated (for diagnostics).
     std::string live_names() const;
 
-  private:
+private:
     struct record {
         std::string name;
         record* prev = nullptr;

@@ -10,7 +10,7 @@
 namespace coverse {
 
 class semaphore {
-  public:
+public:
     explicit semaphore(std::size_t initial) noexcept : _count(initial) {}
     semaphore(const semaphore&) = delete;
     semaphore& operator=(const semaphore&) = delete;
@@ -36,21 +36,21 @@ class semaphore {
     }
 
     class acquire_awaiter : public detail::cancellable_wait<acquire_awaiter> {
-      public:
+    public:
         explicit acquire_awaiter(semaphore& s) noexcept : _s(s) {}
         bool try_now() noexcept { return _s.try_acquire(); }
         void enqueue() noexcept { _s._waiters.push_back(this); }
         void dequeue() noexcept { _s._waiters.remove(this); }
         void await_resume() const { check_cancelled(); }
 
-      private:
+    private:
         semaphore& _s;
     };
     /// `co_await sem.acquire()`: waits for a permit (FIFO). Throws cancelled_error if the
     /// task's stop token fires first; no permit is taken then.
     acquire_awaiter acquire() noexcept { return acquire_awaiter{*this}; }
 
-  private:
+private:
     std::size_t _count;
     detail::waiter_list _waiters;
 };

@@ -16,7 +16,7 @@ namespace coverse {
 
 namespace detail {
 class sync_runner {
-  public:
+public:
     struct promise_type : promise_base {
         bool done = false;
         sync_runner get_return_object() noexcept {
@@ -34,7 +34,7 @@ class sync_runner {
     }
     std::coroutine_handle<promise_type> handle() const noexcept { return _h; }
 
-  private:
+private:
     std::coroutine_handle<promise_type> _h;
 };
 

@@ -17,12 +17,24 @@ namespace coverse {
 /// Thrown by a cancellable wait (sleep, event, semaphore, channel) whose stop token was
 /// triggered. Tasks normally let it propagate; `with_timeout` and `when_any` absorb it.
 class cancelled_error : public std::exception {
-  public:
+public:
     const char* what() const noexcept override { return "coverse: operation cancelled"; }
 };
 
 template <class T = void>
 class task;
+
+/// How an awaited task hands control back. Optimised GCC builds turn symmetric transfer
+/// into a real tail call; at -O0 (and under ASan) GCC 12 emits a nested call instead, and a
+/// loop of a million synchronously completing awaits overflows the stack. Unoptimised
+/// builds therefore use a handshake: the awaiter resumes the child with a plain call and,
+/// if the child finished meanwhile, does not suspend at all. Both paths are tested by the
+/// Debug+ASan and the Release runs of the same test.
+#if defined(__OPTIMIZE__) && !defined(COVERSE_TASK_HANDSHAKE)
+#define COVERSE_TASK_SYMMETRIC_TRANSFER 1
+#else
+#define COVERSE_TASK_SYMMETRIC_TRANSFER 0
+#endif
 
 namespace detail {
 
@@ -31,7 +43,7 @@ namespace detail {
 inline std::atomic<std::int64_t> live_frame_count{0};
 
 class promise_base {
-  public:
+public:
     promise_base() noexcept { live_frame_count.fetch_add(1, std::memory_order_relaxed); }
     ~promise_base() { live_frame_count.fetch_sub(1, std::memory_order_relaxed); }
     promise_base(const promise_base&) = delete;
@@ -43,7 +55,7 @@ class promise_base {
     const std::stop_token* stop() const noexcept { return _stop; }
     void set_stop(const std::stop_token* s) noexcept { _stop = s; }
 
-  protected:
+protected:
     const std::stop_token* _stop = nullptr;
 };
 
@@ -57,7 +69,7 @@ void inherit_stop(promise_base& callee, std::coroutine_handle<Caller> caller) no
 }
 
 class task_promise_base : public promise_base {
-  public:
+public:
     std::suspend_always initial_suspend() const noexcept { return {}; }
 
     struct final_awaiter {
@@ -66,7 +78,15 @@ class task_promise_base : public promise_base {
         // synchronously completing awaits does not grow the stack.
         template <class P>
         std::coroutine_handle<> await_suspend(std::coroutine_handle<P> self) const noexcept {
+#if COVERSE_TASK_SYMMETRIC_TRANSFER
             return self.promise()._continuation;
+#else
+            // Whoever arrives second continues: if the awaiter is still inside its
+            // await_suspend, it sees the flag and simply does not suspend.
+            auto& p = self.promise();
+            if (p._handshake.exchange(true, std::memory_order_acq_rel)) return p._continuation;
+            return std::noop_coroutine();
+#endif
         }
         void await_resume() const noexcept {}
     };
@@ -74,13 +94,25 @@ class task_promise_base : public promise_base {
 
     void set_continuation(std::coroutine_handle<> c) noexcept { _continuation = c; }
 
-  private:
+#if !COVERSE_TASK_SYMMETRIC_TRANSFER
+    /// Starts the task with a plain call; true if the awaiter must suspend (the task has
+    /// not finished yet, and will resume the awaiter when it does).
+    bool start_and_check_pending(std::coroutine_handle<> self) noexcept {
+        self.resume();
+        return !_handshake.exchange(true, std::memory_order_acq_rel);
+    }
+
+private:
+    std::atomic<bool> _handshake{false};
+#else
+private:
+#endif
     std::coroutine_handle<> _continuation = std::noop_coroutine();
 };
 
 template <class T>
 class task_promise final : public task_promise_base {
-  public:
+public:
     task<T> get_return_object() noexcept;
 
     template <class U>
@@ -95,13 +127,13 @@ class task_promise final : public task_promise_base {
         return std::move(std::get<1>(_result));
     }
 
-  private:
+private:
     std::variant<std::monostate, T, std::exception_ptr> _result;
 };
 
 template <>
 class task_promise<void> final : public task_promise_base {
-  public:
+public:
     task<void> get_return_object() noexcept;
     void return_void() noexcept {}
     void unhandled_exception() noexcept { _exception = std::current_exception(); }
@@ -109,7 +141,7 @@ class task_promise<void> final : public task_promise_base {
         if (_exception) std::rethrow_exception(_exception);
     }
 
-  private:
+private:
     std::exception_ptr _exception;
 };
 
@@ -120,7 +152,7 @@ class task_promise<void> final : public task_promise_base {
 /// (`task_scope::spawn`, `scheduler::spawn`) may run it.
 template <class T>
 class [[nodiscard]] task {
-  public:
+public:
     using promise_type = detail::task_promise<T>;
     using handle_type = std::coroutine_handle<promise_type>;
     using value_type = T;
@@ -146,23 +178,40 @@ class [[nodiscard]] task {
     struct awaiter {
         handle_type h;
         bool await_ready() const noexcept { return false; }
+#if COVERSE_TASK_SYMMETRIC_TRANSFER
         template <class Caller>
         std::coroutine_handle<> await_suspend(std::coroutine_handle<Caller> caller) noexcept {
             h.promise().set_continuation(caller);
             detail::inherit_stop(h.promise(), caller);
             return h;
         }
-        T await_resume() { return h.promise().take(); }
+#else
+        template <class Caller>
+        bool await_suspend(std::coroutine_handle<Caller> caller) noexcept {
+            h.promise().set_continuation(caller);
+            detail::inherit_stop(h.promise(), caller);
+            return h.promise().start_and_check_pending(h);
+        }
+#endif
+        T await_resume() {
+            return h.promise().take();
+        }
     };
 
     /// Awaiting an empty (moved-from) task is a programming error caught in debug builds.
-    awaiter operator co_await() const& noexcept { return awaiter{_h}; }
-    awaiter operator co_await() && noexcept { return awaiter{_h}; }
+    awaiter operator co_await() const& noexcept {
+        return awaiter{_h};
+    }
+    awaiter operator co_await() && noexcept {
+        return awaiter{_h};
+    }
 
     /// For the runners in this library (sync_wait, scopes, when_all): the raw handle.
-    handle_type handle() const noexcept { return _h; }
+    handle_type handle() const noexcept {
+        return _h;
+    }
 
-  private:
+private:
     handle_type _h;
 };
 

@@ -16,7 +16,7 @@ namespace coverse {
 
 namespace detail {
 class sleep_awaiter : public cancellable_wait<sleep_awaiter> {
-  public:
+public:
     explicit sleep_awaiter(clock::time_point deadline) noexcept { _node.deadline = deadline; }
     bool try_now() const noexcept { return clock::now() >= _node.deadline; }
     void enqueue() {
@@ -27,7 +27,7 @@ class sleep_awaiter : public cancellable_wait<sleep_awaiter> {
     void dequeue() noexcept { sched->cancel_timer(_node); }
     void await_resume() const { check_cancelled(); }
 
-  private:
+private:
     static void on_fire(timer_node* n) noexcept { static_cast<sleep_awaiter*>(n->context)->wake(); }
     timer_node _node;
 };

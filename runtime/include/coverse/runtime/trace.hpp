@@ -55,7 +55,7 @@ static_assert(sizeof(file_header) == 40, "trace header layout is part of the fil
 inline constexpr std::uint32_t file_version = 1;
 
 class sink {
-  public:
+public:
     /// Opens `dir/coverse-trace.<pe>.bin` for writing; throws std::system_error naming the
     /// path if it cannot.
     sink(const std::string& dir, std::uint32_t pe, std::size_t buffer_events = 4096);
@@ -68,7 +68,7 @@ class sink {
     const std::string& path() const noexcept { return _path; }
     std::uint64_t written() const noexcept { return _written; }
 
-  private:
+private:
     std::string _path;
     std::FILE* _file = nullptr;
     std::uint32_t _pe;

@@ -48,7 +48,7 @@ struct join_state {
 /// A child runner: starts inline, destroys its own frame at the end and, if it is the
 /// last to arrive, resumes the parent by symmetric transfer.
 class join_child {
-  public:
+public:
     struct promise_type : promise_base {
         join_state* st = nullptr;
         join_child get_return_object() noexcept {
@@ -78,7 +78,7 @@ class join_child {
         _h.resume();
     }
 
-  private:
+private:
     std::coroutine_handle<promise_type> _h;
 };
 

@@ -28,7 +28,7 @@ struct waiter {
 };
 
 class waiter_list {
-  public:
+public:
     bool empty() const noexcept { return _head == nullptr; }
     waiter* front() const noexcept { return _head; }
     void push_back(waiter* w) noexcept {
@@ -57,7 +57,7 @@ class waiter_list {
         return w;
     }
 
-  private:
+private:
     waiter* _head = nullptr;
     waiter* _tail = nullptr;
 };
@@ -69,7 +69,7 @@ class waiter_list {
 /// or a scheduler.post()): primitives are single-scheduler objects.
 template <class Derived>
 class cancellable_wait : protected waiter {
-  public:
+public:
     cancellable_wait() = default;
     cancellable_wait(const cancellable_wait&) = delete;
     cancellable_wait& operator=(const cancellable_wait&) = delete;
@@ -92,13 +92,13 @@ class cancellable_wait : protected waiter {
         return true;
     }
 
-  protected:
+protected:
     /// For await_resume: throws cancelled_error if the wait was cancelled.
     void check_cancelled() const {
         if (st == state::cancelled) throw cancelled_error{};
     }
 
-  private:
+private:
     struct canceller {
         cancellable_wait* self;
         void operator()() const noexcept { self->cancel(); }

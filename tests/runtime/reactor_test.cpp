@@ -1,0 +1,72 @@
+// reactor: completions reach their completion object, a full submission queue is
+// back-pressure, cancel delivers the final completion, and drain empties the ring.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "fixture.hpp"
+
+namespace coverse::test {
+namespace {
+
+struct recorder final : completion {
+    std::vector<int> results;
+    void complete(int res, std::uint32_t) noexcept override { results.push_back(res); }
+};
+
+std::unique_ptr<reactor> make_reactor(unsigned entries) {
+    std::string why;
+    auto r = reactor::create(entries, &why);
+    if (!r) ADD_FAILURE() << "io_uring unavailable here: " << why;
+    return r;
+}
+
+TEST(reactor_test, describes_the_features_it_chose) {
+    auto r = make_reactor(8);
+    if (!r) GTEST_SKIP() << "io_uring unavailable";
+    const std::string d = r->describe();
+    EXPECT_EQ(d.rfind("io_uring: entries=", 0), 0u) << d;
+}
+
+TEST(reactor_test, a_full_submission_queue_is_back_pressure_not_an_error) {
+    auto r = make_reactor(4);
+    if (!r) GTEST_SKIP() << "io_uring unavailable";
+    std::vector<recorder> recs(100);
+    for (auto& rec : recs)
+        io_uring_prep_nop(r->prepare(&rec));
+    EXPECT_TRUE(r->drain(std::chrono::seconds(5)));
+    for (auto& rec : recs) {
+        ASSERT_EQ(rec.results.size(), 1u);
+        EXPECT_EQ(rec.results[0], 0);
+    }
+    EXPECT_EQ(r->in_flight(), 0u);
+}
+
+TEST(reactor_test, cancel_delivers_the_final_completion) {
+    auto r = make_reactor(8);
+    if (!r) GTEST_SKIP() << "io_uring unavailable";
+    int fd = ::eventfd(0, EFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    std::uint64_t buf = 0;
+    recorder rec;
+    io_uring_prep_read(r->prepare(&rec), fd, &buf, sizeof buf, 0);
+    EXPECT_FALSE(r->poll()) << "nothing was written: the read must still be pending";
+    EXPECT_EQ(r->in_flight(), 1u);
+    r->cancel(&rec);
+    EXPECT_TRUE(r->drain(std::chrono::seconds(5)));
+    ASSERT_EQ(rec.results.size(), 1u);
+    EXPECT_EQ(rec.results[0], -ECANCELED);
+    ::close(fd);
+}
+
+TEST(reactor_test, wait_returns_on_timeout) {
+    auto r = make_reactor(8);
+    if (!r) GTEST_SKIP() << "io_uring unavailable";
+    const auto t0 = clock::now();
+    EXPECT_FALSE(r->wait(std::chrono::milliseconds(3)));
+    EXPECT_GE(clock::now() - t0, std::chrono::milliseconds(3));
+}
+
+}  // namespace
+}  // namespace coverse::test
