@@ -3,6 +3,7 @@
 
 #include <coverse/runtime/channel.hpp>
 #include <coverse/runtime/event.hpp>
+#include <coverse/runtime/io.hpp>
 #include <coverse/runtime/reactor.hpp>
 #include <coverse/runtime/scheduler.hpp>
 #include <coverse/runtime/scope.hpp>

@@ -3,17 +3,20 @@
 // the io_uring reactor).
 #pragma once
 
-#include <boost/lockfree/queue.hpp>
+#include <boost/lockfree/stack.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <coverse/runtime/reactor.hpp>
@@ -52,8 +55,6 @@ struct scheduler_options {
     std::chrono::microseconds spin{200};
     /// Ready tasks run per loop iteration before the pollers get a turn.
     unsigned task_quota = 64;
-    /// Remote items (cross-thread posts) drained per iteration.
-    unsigned remote_quota = 1024;
     unsigned ring_entries = 256;
     /// false: never create an io_uring ring (block with poll(2) on the wake-up eventfd).
     bool use_io_uring = true;
@@ -122,16 +123,31 @@ public:
     /// Hands `fn(arg)` to this scheduler from any thread: a Boost.Lockfree queue plus an
     /// eventfd wake-up when the scheduler sleeps. Never blocks, never drops.
     void post(void (*fn)(void*), void* arg);
-    /// Hands a callable to this scheduler from any thread (one allocation).
+    /// Hands a callable to this scheduler from any thread. A trivially copyable callable
+    /// no bigger than a pointer (a lambda capturing one pointer or reference) travels in
+    /// the item itself; anything else costs one allocation.
     template <class F>
     void post(F&& f) {
         using fn_t = std::decay_t<F>;
-        post(
-            [](void* p) {
-                std::unique_ptr<fn_t> owned(static_cast<fn_t*>(p));
-                (*owned)();
-            },
-            new fn_t(std::forward<F>(f)));
+        if constexpr (sizeof(fn_t) <= sizeof(void*) && std::is_trivially_copyable_v<fn_t> &&
+                      std::is_trivially_destructible_v<fn_t>) {
+            void* packed = nullptr;
+            std::memcpy(&packed, &f, sizeof(fn_t));
+            post(
+                [](void* p) {
+                    alignas(fn_t) unsigned char bytes[sizeof(fn_t)];
+                    std::memcpy(bytes, &p, sizeof(fn_t));
+                    (*std::launder(reinterpret_cast<fn_t*>(bytes)))();
+                },
+                packed);
+        } else {
+            post(
+                [](void* p) {
+                    std::unique_ptr<fn_t> owned(static_cast<fn_t*>(p));
+                    (*owned)();
+                },
+                new fn_t(std::forward<F>(f)));
+        }
     }
     /// Resumes `h` on this scheduler, from any thread (no allocation).
     void post(std::coroutine_handle<> h) {
@@ -167,6 +183,7 @@ public:
 private:
     struct loop_state {
         clock::time_point idle_since{};
+        unsigned idle_polls = 0;  // read the clock every 64 idle iterations only
         bool idle = false;
     };
     struct remote_item {
@@ -197,7 +214,9 @@ private:
     std::deque<std::function<void()>> _deliveries;
     int _delivery_depth = 0;
 
-    boost::lockfree::queue<remote_item> _remote{1024};
+    // Producers push one node each; the loop takes the whole stack with one atomic
+    // exchange and runs it oldest first, so each producer's items keep their order.
+    boost::lockfree::stack<remote_item> _remote{1024};
     std::atomic<bool> _sleeping{false};
     int _wake_fd = -1;
 
