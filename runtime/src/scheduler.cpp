@@ -124,11 +124,14 @@ scheduler::~scheduler() {
     //    the ring does not wait for what the kernel still writes into our buffers.
     if (_reactor) {
         _wakeup->stop();
-        if (!_reactor->drain(std::chrono::seconds(5)))
+        if (!_reactor->drain(std::chrono::seconds(5))) {
+            // The kernel may still write the wake-up buffer: leak it rather than free it.
+            (void)_wakeup.release();
             std::fprintf(stderr,
                          "coverse: scheduler shutdown: %llu io_uring request(s) still "
                          "in flight after 5 s\n",
                          static_cast<unsigned long long>(_reactor->in_flight()));
+        }
         _reactor.reset();
         _wakeup.reset();
     }
@@ -137,7 +140,7 @@ scheduler::~scheduler() {
 }
 
 void scheduler::spawn(task<void> t, std::string name) {
-    _root->spawn(std::move(t), std::move(name));
+    _root->spawn(std::move(t), std::move(name), *this);
 }
 
 void scheduler::add_poller(poller& p) {
@@ -244,8 +247,22 @@ void scheduler::post(void (*fn)(void*), void* arg) {
 }
 
 bool scheduler::drain_remote() {
-    const std::size_t n =
-        _remote.consume_all_atomic_reversed([](const remote_item& item) { item.fn(item.arg); });
+    // Take everything posted so far with one exchange, oldest first, into a batch that a
+    // nested loop (an item that runs sync_wait) continues from, so order holds.
+    if (_remote_batch.empty())
+        _remote.consume_all_atomic_reversed(
+            [this](const remote_item& item) { _remote_batch.push_back(item); });
+    std::size_t n = 0;
+    while (!_remote_batch.empty()) {
+        const remote_item item = _remote_batch.front();
+        _remote_batch.pop_front();
+        ++n;
+        try {
+            item.fn(item.arg);
+        } catch (...) {
+            detail::report_spawn_failure("cross-thread post", std::current_exception());
+        }
+    }
     _stats.remote += n;
     return n > 0;
 }
@@ -263,7 +280,13 @@ bool scheduler::deliver_one() {
     _deliveries.pop_front();
     delivery_guard guard(*this);
     ++_stats.deliveries;
-    fn();
+    try {
+        fn();
+    } catch (...) {
+        // An exception must not unwind through the loop: it would abandon suspended
+        // frames of whoever called sync_wait. Reported like a failed spawned task.
+        detail::report_spawn_failure("user-handler delivery", std::current_exception());
+    }
     return true;
 }
 
@@ -301,8 +324,21 @@ void scheduler::step(loop_state& st) {
 }
 
 void scheduler::block(clock::time_point now) {
-    for (poller* p : _pollers)
-        if (!p->try_sleep()) return;
+    // Pollers that agreed to sleep get wake() on every way out, including the early ones.
+    std::size_t agreed = 0;
+    auto wake_agreed = [&] {
+        for (std::size_t i = 0; i < agreed; ++i)
+            _pollers[i]->wake();
+    };
+    for (; agreed < _pollers.size(); ++agreed)
+        if (!_pollers[agreed]->try_sleep()) {
+            wake_agreed();
+            return;
+        }
+    if (!_ready.empty()) {  // a try_sleep() may have made work ready
+        wake_agreed();
+        return;
+    }
 
     std::chrono::nanoseconds timeout(-1);
     if (!_timers.empty())
@@ -315,6 +351,7 @@ void scheduler::block(clock::time_point now) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!_remote.empty()) {
         _sleeping.store(false, std::memory_order_relaxed);
+        wake_agreed();
         return;
     }
     ++_stats.blocks;
@@ -335,8 +372,7 @@ void scheduler::block(clock::time_point now) {
         }
     }
     _sleeping.store(false, std::memory_order_relaxed);
-    for (poller* p : _pollers)
-        p->wake();
+    wake_agreed();
 }
 
 }  // namespace coverse

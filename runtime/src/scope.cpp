@@ -65,7 +65,12 @@ struct task_scope::runner {
                 task_scope* s = h.promise().scope;
                 s->on_finished(h.promise().rec);
                 h.destroy();
-                if (s->_live == 0 && s->_joiner) return std::exchange(s->_joiner, {});
+                if (s->_live == 0 && !s->_joiners.empty()) {
+                    auto joiners = std::exchange(s->_joiners, {});
+                    for (std::size_t i = 1; i < joiners.size(); ++i)
+                        scheduler::this_thread().schedule(joiners[i]);
+                    return joiners.front();
+                }
                 return std::noop_coroutine();
             }
             void await_resume() const noexcept {}
@@ -104,6 +109,10 @@ task_scope::~task_scope() {
 }
 
 void task_scope::spawn(task<void> t, std::string name) {
+    spawn(std::move(t), std::move(name), scheduler::this_thread());
+}
+
+void task_scope::spawn(task<void> t, std::string name, scheduler& on) {
     runner r = run(std::move(t));
     auto& p = r.h.promise();
     p.scope = this;
@@ -115,7 +124,7 @@ void task_scope::spawn(task<void> t, std::string name) {
     _records = &p.rec;
     ++_live;
     trace::emit(trace::kind::task_spawned, reinterpret_cast<std::uintptr_t>(&p.rec));
-    scheduler::this_thread().schedule(r.h);
+    on.schedule(r.h);
 }
 
 void task_scope::on_finished(record& r) noexcept {
@@ -132,7 +141,7 @@ task<void> task_scope::join() {
     struct awaiter {
         task_scope* s;
         bool await_ready() const noexcept { return s->_live == 0; }
-        void await_suspend(std::coroutine_handle<> h) noexcept { s->_joiner = h; }
+        void await_suspend(std::coroutine_handle<> h) { s->_joiners.push_back(h); }
         void await_resume() const noexcept {}
     };
     co_await awaiter{this};

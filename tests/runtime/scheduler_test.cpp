@@ -113,6 +113,8 @@ TEST_F(scheduler_test, four_threads_post_a_million_items_each_none_lost_none_dup
     struct ctx {
         std::vector<unsigned char>* seen;
         std::size_t received = 0;
+        std::uintptr_t last[threads] = {};  // per producer: items must arrive in order
+        std::size_t out_of_order = 0;
     } c{&seen};
     static thread_local ctx* t_ctx = nullptr;
     t_ctx = &c;
@@ -129,6 +131,10 @@ TEST_F(scheduler_test, four_threads_post_a_million_items_each_none_lost_none_dup
                 s->post(
                     [](void* arg) {
                         auto k = reinterpret_cast<std::uintptr_t>(arg);
+                        const auto producer = k / per_thread;
+                        if (k % per_thread != 0 && k <= t_ctx->last[producer])
+                            ++t_ctx->out_of_order;
+                        t_ctx->last[producer] = k;
                         ++(*t_ctx->seen)[k];
                         ++t_ctx->received;
                     },
@@ -147,6 +153,7 @@ TEST_F(scheduler_test, four_threads_post_a_million_items_each_none_lost_none_dup
     }
     EXPECT_EQ(lost, 0u);
     EXPECT_EQ(dup, 0u);
+    EXPECT_EQ(c.out_of_order, 0u) << "a producer's posts must run in the order it made them";
     EXPECT_EQ(c.received, seen.size());
     t_ctx = nullptr;
 }

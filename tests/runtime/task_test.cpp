@@ -22,7 +22,9 @@ task<int> answer() {
     return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
 }
 
-task<std::uintptr_t> stack_address() { co_return machine_stack_depth(); }
+task<std::uintptr_t> stack_address() {
+    co_return machine_stack_depth();
+}
 
 task<std::int64_t> million_awaits(std::uintptr_t* first, std::uintptr_t* last) {
     std::int64_t sum = 0;

@@ -72,6 +72,7 @@ public:
     class send_awaiter : public detail::cancellable_wait<send_awaiter> {
     public:
         send_awaiter(channel& c, T v) : _c(c), _value(std::move(v)) {}
+        ~send_awaiter() { this->leave_if_waiting(); }
         bool try_now() {
             if (_c._closed) return true;  // resumes with false
             _accepted = _c.try_send(_value);
@@ -95,6 +96,7 @@ public:
     class recv_awaiter : public detail::cancellable_wait<recv_awaiter> {
     public:
         explicit recv_awaiter(channel& c) noexcept : _c(c) {}
+        ~recv_awaiter() { this->leave_if_waiting(); }
         bool try_now() {
             _value = _c.try_recv();
             return _value.has_value() || _c._closed;

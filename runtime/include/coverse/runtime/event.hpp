@@ -23,6 +23,7 @@ public:
     class wait_awaiter : public detail::cancellable_wait<wait_awaiter> {
     public:
         explicit wait_awaiter(event& e) noexcept : _e(e) {}
+        ~wait_awaiter() { this->leave_if_waiting(); }
         bool try_now() const noexcept { return _e._set; }
         void enqueue() noexcept { _e._waiters.push_back(this); }
         void dequeue() noexcept { _e._waiters.remove(this); }

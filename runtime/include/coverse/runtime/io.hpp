@@ -4,6 +4,7 @@
 // the coroutine resumes — the buffer is never released while the kernel may still write.
 #pragma once
 
+#include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +27,15 @@ public:
     explicit io_op(Prep prep) : _prep(std::move(prep)) {}
     io_op(const io_op&) = delete;
     io_op& operator=(const io_op&) = delete;
+    /// Destroyed while in flight (its frame was dropped after an exception unwound the
+    /// loop): cancel and reap until the kernel has let go of the buffer and of us.
+    ~io_op() {
+        if (!_in_flight) return;
+        _abandoned = true;
+        _reactor->cancel(this);
+        while (_in_flight)
+            _reactor->wait(std::chrono::milliseconds(10));
+    }
 
     bool await_ready() const noexcept { return false; }
 
@@ -49,6 +59,7 @@ public:
         _handle = h;
         _sched = &s;
         _prep(_reactor->prepare(this));
+        _in_flight = true;
         return true;
     }
 
@@ -60,7 +71,8 @@ public:
     void complete(int result, std::uint32_t flags) noexcept override {
         _result = result;
         _flags = flags;
-        _sched->schedule(_handle);  // resumed by the loop, never inside the reap
+        _in_flight = false;
+        if (!_abandoned) _sched->schedule(_handle);  // resumed by the loop, not in the reap
     }
 
     std::uint32_t cqe_flags() const noexcept { return _flags; }
@@ -81,6 +93,8 @@ private:
     std::coroutine_handle<> _handle;
     int _result = 0;
     std::uint32_t _flags = 0;
+    bool _in_flight = false;
+    bool _abandoned = false;
     std::optional<std::stop_callback<canceller>> _on_stop;
 };
 

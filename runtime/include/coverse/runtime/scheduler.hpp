@@ -217,6 +217,7 @@ private:
     // Producers push one node each; the loop takes the whole stack with one atomic
     // exchange and runs it oldest first, so each producer's items keep their order.
     boost::lockfree::stack<remote_item> _remote{1024};
+    std::deque<remote_item> _remote_batch;
     std::atomic<bool> _sleeping{false};
     int _wake_fd = -1;
 

@@ -10,6 +10,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <coverse/runtime/task.hpp>
 
@@ -21,6 +22,8 @@ namespace coverse {
 using spawn_failure_handler = std::function<void(std::string_view name, std::exception_ptr)>;
 /// Installs a process-wide handler (null restores the default); returns the previous one.
 spawn_failure_handler set_spawn_failure_handler(spawn_failure_handler h);
+
+class scheduler;
 
 class task_scope {
 public:
@@ -35,10 +38,14 @@ public:
     /// Starts `t` on the current scheduler (it runs from the next loop iteration). The
     /// task inherits this scope's stop token.
     void spawn(task<void> t, std::string name);
+    /// Same, on the given scheduler (of this thread) rather than the current one.
+    void spawn(task<void> t, std::string name, scheduler& on);
 
-    /// Completes when every spawned task has finished (immediately if none runs).
+    /// Completes when every spawned task has finished (immediately if none runs). Any
+    /// number of tasks may join at once.
     task<void> join();
     /// Asks every spawned task to stop (their cancellable waits throw cancelled_error).
+    /// Call it on the scheduler's thread (from a task, a timer or a scheduler::post).
     void request_stop() noexcept { _stop_source.request_stop(); }
     std::size_t live() const noexcept { return _live; }
     const std::string& name() const noexcept { return _name; }
@@ -60,7 +67,7 @@ private:
     std::stop_token _stop_token;
     std::size_t _live = 0;
     record* _records = nullptr;
-    std::coroutine_handle<> _joiner;
+    std::vector<std::coroutine_handle<>> _joiners;
 };
 
 namespace detail {

@@ -38,6 +38,7 @@ public:
     class acquire_awaiter : public detail::cancellable_wait<acquire_awaiter> {
     public:
         explicit acquire_awaiter(semaphore& s) noexcept : _s(s) {}
+        ~acquire_awaiter() { this->leave_if_waiting(); }
         bool try_now() noexcept { return _s.try_acquire(); }
         void enqueue() noexcept { _s._waiters.push_back(this); }
         void dequeue() noexcept { _s._waiters.remove(this); }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <coroutine>
+#include <exception>
 #include <optional>
 #include <type_traits>
 
@@ -18,6 +19,7 @@ namespace detail {
 class sleep_awaiter : public cancellable_wait<sleep_awaiter> {
 public:
     explicit sleep_awaiter(clock::time_point deadline) noexcept { _node.deadline = deadline; }
+    ~sleep_awaiter() { this->leave_if_waiting(); }
     bool try_now() const noexcept { return clock::now() >= _node.deadline; }
     void enqueue() {
         _node.fire = &on_fire;
@@ -50,20 +52,49 @@ inline task<void> sleep_task(clock::duration d) {
 }
 }  // namespace detail
 
+namespace detail {
+inline bool is_cancellation(const std::exception_ptr& e) noexcept {
+    try {
+        std::rethrow_exception(e);
+    } catch (const cancelled_error&) {
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+}  // namespace detail
+
 /// Runs `t` with a deadline. If the timer fires first, `t` is asked to stop (its
-/// cancellable waits throw cancelled_error) and with_timeout waits until it has finished
-/// before returning nullopt (for task<void>: false). Otherwise returns t's value (true).
+/// cancellable waits throw cancelled_error) and with_timeout waits until it has finished.
+/// Whatever `t` produced is returned even if the timer fired first — a permit, a message
+/// or bytes it already took are never dropped; otherwise nullopt (for task<void>: false).
+/// A real error of `t` is rethrown; so is cancellation from the caller's own stop token.
 template <class T, class Rep, class Period>
 auto with_timeout(task<T> t, std::chrono::duration<Rep, Period> limit)
     -> task<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> {
-    auto r = co_await when_any(
-        std::move(t), detail::sleep_task(std::chrono::duration_cast<clock::duration>(limit)));
-    if constexpr (std::is_void_v<T>) {
-        co_return r.index == 0;
-    } else {
-        if (r.index == 0) co_return std::optional<T>(std::move(std::get<0>(r.value)));
-        co_return std::optional<T>{};
+    detail::join_state st(2);
+    st.stop_on_first = true;
+    detail::stop_link link(co_await this_task::stop_token(), st);
+    std::optional<detail::value_t<T>> result;
+    std::optional<std::monostate> timer_fired;
+    detail::run_child(std::move(t), &st, &result, 0).start(st);
+    detail::run_child(detail::sleep_task(std::chrono::duration_cast<clock::duration>(limit)), &st,
+                      &timer_fired, 1)
+        .start(st);
+    co_await st.wait();
+    if (result) {
+        if constexpr (std::is_void_v<T>)
+            co_return true;
+        else
+            co_return std::optional<T>(std::move(*result));
     }
+    if (timer_fired && (!st.first_error || detail::is_cancellation(st.first_error))) {
+        if constexpr (std::is_void_v<T>)
+            co_return false;
+        else
+            co_return std::optional<T>{};
+    }
+    std::rethrow_exception(st.first_error);
 }
 
 }  // namespace coverse

@@ -41,6 +41,7 @@ public:
         _tail = w;
     }
     void remove(waiter* w) noexcept {
+        if (!w->prev && _head != w) return;  // not linked (already popped): nothing to do
         if (w->prev)
             w->prev->next = w->next;
         else
@@ -93,6 +94,15 @@ public:
     }
 
 protected:
+    /// For the derived awaiter's destructor: a frame destroyed while it waits (its task
+    /// was dropped after an exception unwound the loop) must leave the primitive's list,
+    /// or the primitive would later wake freed memory.
+    void leave_if_waiting() noexcept {
+        if (st == state::waiting) {
+            derived().dequeue();
+            st = state::cancelled;
+        }
+    }
     /// For await_resume: throws cancelled_error if the wait was cancelled.
     void check_cancelled() const {
         if (st == state::cancelled) throw cancelled_error{};
