@@ -1,0 +1,99 @@
+// frame_reader: the incremental decoder of one connection's byte stream. Fed chunks of any
+// size, it yields validated frames in order and stops for good at the first invalid one
+// (its owner then closes the connection).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include <coverse/net/wire.hpp>
+
+namespace coverse::net {
+
+/// One received frame: a validated header and exactly header.payload_length bytes.
+struct frame {
+    frame_header header;
+    std::unique_ptr<std::byte[]> payload;  // null when payload_length == 0
+
+    [[nodiscard]] std::span<std::byte> payload_bytes() const noexcept {
+        return {payload.get(), header.payload_length};
+    }
+};
+
+/// Stages: header (collecting 24 bytes into a small array) -> payload (filling one buffer
+/// allocated at the header's validated length) -> ready (a frame waits for take_frame)
+/// -> header again; or failed, which is final.
+///
+/// Each payload byte is copied once, from the caller's chunk into the frame's buffer; a
+/// socket owner that wants zero copies receives straight into payload_window() instead.
+class frame_reader {
+public:
+    explicit frame_reader(const decode_limits& limits) noexcept : _limits(limits) {}
+
+    /// Consumes bytes from `chunk` until a frame is complete, the chunk is used up, or a
+    /// header fails validation; returns how many bytes it consumed. Consumes nothing while
+    /// a frame is ready (take it first) or after a failure.
+    std::size_t feed(std::span<const std::byte> chunk) noexcept;
+
+    /// Feeds all of `chunk`, calling on_frame(frame&&) for each complete frame in order.
+    /// Returns ok, or the error that stopped the reader (no frame follows an error).
+    template <class OnFrame>
+    decode_status feed_all(std::span<const std::byte> chunk, OnFrame&& on_frame) {
+        while (!failed()) {
+            const std::size_t used = feed(chunk);
+            chunk = chunk.subspan(used);
+            if (has_frame()) {
+                on_frame(take_frame());
+            } else if (chunk.empty() || failed()) {
+                break;
+            }
+        }
+        return _error.status;
+    }
+
+    [[nodiscard]] bool has_frame() const noexcept { return _stage == stage::ready; }
+    /// Hands over the complete frame. Precondition: has_frame().
+    [[nodiscard]] frame take_frame() noexcept;
+
+    [[nodiscard]] bool failed() const noexcept { return _stage == stage::failed; }
+    /// Why the reader stopped; ok() while it has not.
+    [[nodiscard]] const decode_error& error() const noexcept { return _error; }
+
+    /// The rest of the current payload, for a receive straight into the frame's buffer;
+    /// empty unless a payload is being filled. Follow a receive with commit_payload(n).
+    [[nodiscard]] std::span<std::byte> payload_window() noexcept;
+    /// Accounts n bytes written into payload_window(). n must not exceed its size.
+    void commit_payload(std::size_t n) noexcept;
+
+    /// Bytes still missing from the current stage (header or payload); 0 when a frame is
+    /// ready or the reader failed. Lets the owner size its next receive.
+    [[nodiscard]] std::size_t bytes_needed() const noexcept;
+
+    /// True between frames: no header or payload bytes are pending. An end of stream
+    /// anywhere else means the peer closed or died in the middle of a frame.
+    [[nodiscard]] bool at_frame_boundary() const noexcept {
+        return _stage == stage::header && _header_filled == 0;
+    }
+
+    [[nodiscard]] const decode_limits& limits() const noexcept { return _limits; }
+
+private:
+    enum class stage : std::uint8_t { header, payload, ready, failed };
+
+    void header_complete() noexcept;
+    void payload_complete() noexcept;
+    void fail(const decode_error& error) noexcept;
+
+    decode_limits _limits;
+    stage _stage = stage::header;
+    std::array<std::byte, header_size> _header_bytes{};
+    std::size_t _header_filled = 0;
+    frame _current;
+    std::size_t _payload_filled = 0;
+    decode_error _error;
+};
+
+}  // namespace coverse::net

@@ -1,0 +1,327 @@
+// The wire format: the fixed 24-byte little-endian frame header, the frame types, the
+// fixed layouts of the control payloads, and their validating decoders. Every decoder
+// returns a value (never throws) and reads only the span it is given.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace coverse::net {
+
+// ---------------------------------------------------------------------------------------
+// Header layout
+
+/// "CVRS" in wire order (bytes 43 56 52 53). Read as a little-endian u32: 0x53525643.
+inline constexpr std::uint32_t frame_magic = 0x5352'5643;
+/// Version of the frame header format. Bumped only if the 24 bytes change meaning; new
+/// fields are appended behind a flag instead (see frame_flags::extension).
+inline constexpr std::uint8_t wire_version = 1;
+/// Protocol revision advertised in the hello payload. A peer sets a flag or sends a frame
+/// type newer than revision 1 only if the other side's hello advertised a revision that
+/// knows it; that is what keeps the header append-only without breaking old peers.
+inline constexpr std::uint32_t protocol_revision = 1;
+
+/// Source PE used by the launcher (coverse-run) on its connections to the PEs.
+inline constexpr std::uint32_t launcher_pe = 0xFFFF'FFFF;
+/// Default cap on a payload: 64 MiB, overridden by COVERSE_MAX_MESSAGE.
+inline constexpr std::uint32_t default_max_payload = 64u << 20;
+
+/// Where one header field sits in the 24 wire bytes.
+struct wire_field {
+    std::size_t offset;
+    std::size_t size;
+};
+
+namespace header_field {
+inline constexpr wire_field magic{0, 4};
+inline constexpr wire_field version{4, 1};
+inline constexpr wire_field type{5, 1};
+inline constexpr wire_field flags{6, 2};
+inline constexpr wire_field source_pe{8, 4};
+inline constexpr wire_field payload_length{12, 4};
+inline constexpr wire_field credits{16, 2};
+inline constexpr wire_field reserved{18, 2};
+inline constexpr wire_field tag{20, 4};
+}  // namespace header_field
+
+inline constexpr std::size_t header_size = 24;
+
+// The layout is part of the protocol: fields are contiguous, in this order, and never move.
+static_assert(header_field::magic.offset == 0);
+static_assert(header_field::version.offset ==
+              header_field::magic.offset + header_field::magic.size);
+static_assert(header_field::type.offset ==
+              header_field::version.offset + header_field::version.size);
+static_assert(header_field::flags.offset == header_field::type.offset + header_field::type.size);
+static_assert(header_field::source_pe.offset ==
+              header_field::flags.offset + header_field::flags.size);
+static_assert(header_field::payload_length.offset ==
+              header_field::source_pe.offset + header_field::source_pe.size);
+static_assert(header_field::credits.offset ==
+              header_field::payload_length.offset + header_field::payload_length.size);
+static_assert(header_field::reserved.offset ==
+              header_field::credits.offset + header_field::credits.size);
+static_assert(header_field::tag.offset ==
+              header_field::reserved.offset + header_field::reserved.size);
+static_assert(header_size == header_field::tag.offset + header_field::tag.size);
+static_assert(header_size == 24, "the frame header is 24 bytes on the wire");
+// Pinned absolute offsets, so a reorder above cannot slip through as still "contiguous".
+static_assert(header_field::flags.offset == 6 && header_field::source_pe.offset == 8 &&
+              header_field::payload_length.offset == 12 && header_field::credits.offset == 16 &&
+              header_field::reserved.offset == 18 && header_field::tag.offset == 20);
+
+/// Frame types. The numbers are on the wire: append only, never renumber. 0 is never
+/// valid, so a zero-filled buffer is not mistaken for a frame.
+enum class frame_type : std::uint8_t {
+    standard = 1,                // a Converse message (its own header carries the handler)
+    barrier = 2,                 // barrier_payload
+    persistent_request = 3,      // persistent_request_payload
+    credit = 4,                  // credit_payload
+    latency_vector_request = 5,  // empty; tag = request id
+    latency_vector_reply =
+        6,                // num_pes x u32 microseconds (0xFFFFFFFF = unknown); tag = request id
+    cluster_mapping = 7,  // num_pes x u32 cluster id
+    publish = 8,          // publish_payload (rendezvous offer)
+    get_done = 9,         // get_done_payload
+    hello = 10,           // hello_payload (connect)
+    disconnect = 11,      // disconnect_payload
+    abort = 12,           // abort_payload prefix + UTF-8 text
+    print = 13,           // text for the launcher's stdout
+    error = 14,           // text for the launcher's stderr
+    scan = 15,            // prompt/format for the launcher; tag = request id
+    scan_reply = 16,      // the line read by the launcher; tag = request id
+};
+inline constexpr std::uint8_t first_frame_type = 1;
+inline constexpr std::uint8_t last_frame_type = 16;
+
+/// Lower-case name of a type ("get_done"), or "unknown".
+[[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
+
+/// Header flag bits. A bit not allowed for the frame's type is rejected as reserved.
+namespace frame_flags {
+/// standard only: the frame is part of a spanning-tree broadcast; `tag` is the root PE.
+inline constexpr std::uint16_t broadcast = 0x0001;
+/// Reserved for a later revision: a header extension leads the payload. Rejected by
+/// revision 1 decoders, so it can only be sent to peers whose hello advertises support.
+inline constexpr std::uint16_t extension = 0x8000;
+}  // namespace frame_flags
+
+/// Flag bits a frame of `type` may carry in this revision.
+[[nodiscard]] std::uint16_t allowed_flags(frame_type type) noexcept;
+/// Whether the header's `tag` means something for `type` (otherwise it must be 0).
+[[nodiscard]] bool uses_tag(frame_type type) noexcept;
+
+/// A decoded header, in host form. Magic, version and reserved are not stored: encode
+/// writes the constants, decode checks them.
+struct frame_header {
+    frame_type type = frame_type::standard;
+    std::uint16_t flags = 0;
+    std::uint32_t source_pe = 0;
+    std::uint32_t payload_length = 0;
+    std::uint16_t credits = 0;  // eager credits returned to the receiver of this frame
+    std::uint32_t tag = 0;      // broadcast root or request id, per type (see frame_type)
+
+    friend bool operator==(const frame_header&, const frame_header&) = default;
+};
+
+/// Writes `header` in wire order into exactly header_size bytes.
+void encode_header(const frame_header& header, std::span<std::byte, header_size> out) noexcept;
+[[nodiscard]] std::array<std::byte, header_size> encode_header(const frame_header& header) noexcept;
+
+// ---------------------------------------------------------------------------------------
+// Decoding results
+
+/// What the decoder configured for one connection accepts.
+struct decode_limits {
+    std::uint32_t max_payload = default_max_payload;  // COVERSE_MAX_MESSAGE
+    std::uint32_t num_pes = 1;                        // valid source PEs are [0, num_pes)
+    bool accept_launcher = false;                     // also accept source launcher_pe
+};
+
+enum class decode_status : std::uint8_t {
+    ok = 0,
+    truncated,                    // fewer bytes than the header or payload layout needs
+    bad_magic,                    // not a coverse stream, or the stream lost sync
+    unsupported_version,          // header version this build does not speak
+    unknown_type,                 // frame type number not in frame_type
+    reserved_bits_set,            // a flag, reserved field or unused tag is not zero
+    source_pe_out_of_range,       // source PE outside [0, num_pes)
+    payload_too_long,             // payload length over decode_limits::max_payload
+    payload_length_mismatch,      // a control payload whose length does not fit its type
+    broadcast_root_out_of_range,  // broadcast root (tag) outside [0, num_pes)
+    invalid_field,                // a control payload field outside its valid values
+    payload_allocation_failed,    // the reader could not allocate a validated payload
+};
+
+/// Short name of a status ("payload_too_long").
+[[nodiscard]] std::string_view decode_status_name(decode_status status) noexcept;
+
+/// A decode failure with what is needed to explain it. Trivially copyable, no allocation:
+/// `field` always points at a string literal.
+struct decode_error {
+    decode_status status = decode_status::ok;
+    frame_type type{};        // the frame's type, when known
+    std::string_view field;   // e.g. "payload_length", "hello.rank"
+    std::uint64_t value = 0;  // the offending value
+    std::uint64_t limit = 0;  // the bound or expected value it was checked against
+
+    [[nodiscard]] bool ok() const noexcept { return status == decode_status::ok; }
+    explicit operator bool() const noexcept { return !ok(); }
+};
+
+/// One line for a log and an error report:
+/// "frame from <peer>: <what was wrong>; <what to do>; closing the connection".
+/// `peer` names the other side, e.g. "PE 3 (127.0.0.1:40123)".
+[[nodiscard]] std::string describe(const decode_error& error, std::string_view peer);
+
+template <class T>
+struct decoded {
+    T value{};
+    decode_error error;
+    [[nodiscard]] bool ok() const noexcept { return error.ok(); }
+};
+
+/// Validates and decodes a header from the first header_size bytes of `bytes`. Checks, in
+/// order: magic, version, type, flags, reserved, source PE, payload length against the
+/// maximum and against the type's layout, tag. Nothing in the result is trusted unless ok().
+[[nodiscard]] decoded<frame_header> decode_header(std::span<const std::byte> bytes,
+                                                  const decode_limits& limits) noexcept;
+
+/// How long a payload of `type` must be.
+enum class payload_length_kind : std::uint8_t { any, exact, at_least };
+struct payload_rule {
+    payload_length_kind kind = payload_length_kind::any;
+    std::uint64_t length = 0;
+};
+[[nodiscard]] payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noexcept;
+
+/// Validates a complete payload against its (already validated) header: for control types
+/// the payload must decode; data types (standard, print, error, scan, scan_reply and the
+/// vectors) pass. frame_reader calls this before yielding a frame.
+[[nodiscard]] decode_error validate_payload(const frame_header& header,
+                                            std::span<const std::byte> payload,
+                                            const decode_limits& limits) noexcept;
+
+// ---------------------------------------------------------------------------------------
+// Control payloads. Each has a fixed little-endian layout (offsets in the comments), an
+// encoder and a validating decoder. Reserved fields are written as 0 and must read as 0.
+
+/// hello (connect): the first frame on every PE-to-PE connection, both directions.
+struct hello_payload {
+    std::uint64_t job_key = 0;                           // @0  u64: refuses other jobs' PEs
+    std::uint32_t rank = 0;                              // @8  u32: the sender's PE (= source PE)
+    std::uint32_t num_pes = 0;                           // @12 u32: the sender's job size
+    std::uint32_t protocol_version = protocol_revision;  // @16 u32
+                                                         // @20 u32 reserved
+    static constexpr std::size_t wire_size = 24;
+    friend bool operator==(const hello_payload&, const hello_payload&) = default;
+};
+
+/// publish: a rendezvous offer; the receiver gets [address, address + size) with `key`.
+struct publish_payload {
+    std::uint64_t address = 0;  // @0  u64: remote virtual address (provider-specific)
+    std::uint64_t key = 0;      // @8  u64: remote key (verbs rkey, cma pid, tcp cookie)
+    std::uint64_t size = 0;     // @16 u64: bytes, 1..max_payload
+    std::uint32_t handle = 0;   // @24 u32: sender's handle id, echoed in get_done
+                                // @28 u32 reserved
+    static constexpr std::size_t wire_size = 32;
+    friend bool operator==(const publish_payload&, const publish_payload&) = default;
+};
+
+enum class get_status : std::uint32_t { ok = 0, failed = 1 };
+
+/// get_done: the receiver finished (or gave up on) the get of a published buffer.
+struct get_done_payload {
+    std::uint32_t handle = 0;            // @0 u32: the publish's handle id
+    get_status status = get_status::ok;  // @4 u32
+    static constexpr std::size_t wire_size = 8;
+    friend bool operator==(const get_done_payload&, const get_done_payload&) = default;
+};
+
+/// credit: explicit return of eager credits when there is no traffic to piggyback on.
+struct credit_payload {
+    std::uint32_t count = 0;  // @0 u32: >= 1 (the header's credits field adds to it)
+    static constexpr std::size_t wire_size = 4;
+    friend bool operator==(const credit_payload&, const credit_payload&) = default;
+};
+
+enum class barrier_phase : std::uint32_t { arrive = 1, release = 2 };
+
+/// barrier: arrive goes up to PE 0, release comes back down.
+struct barrier_payload {
+    std::uint32_t epoch = 0;                      // @0 u32: which barrier
+    barrier_phase phase = barrier_phase::arrive;  // @4 u32
+    static constexpr std::size_t wire_size = 8;
+    friend bool operator==(const barrier_payload&, const barrier_payload&) = default;
+};
+
+/// persistent request: CmiCreatePersistent(pe, max_size) asking the receiver for channels.
+struct persistent_request_payload {
+    std::uint64_t max_size = 0;  // @0 u64: largest message, 1..max_payload
+    std::uint32_t handle = 0;    // @8 u32: sender's persistent handle id
+                                 // @12 u32 reserved
+    static constexpr std::size_t wire_size = 16;
+    friend bool operator==(const persistent_request_payload&,
+                           const persistent_request_payload&) = default;
+};
+
+enum class disconnect_reason : std::uint32_t { shutdown = 1, error = 2, timeout = 3 };
+
+/// disconnect: the shutdown handshake; the sender has nothing more in flight.
+struct disconnect_payload {
+    disconnect_reason reason = disconnect_reason::shutdown;  // @0 u32
+    static constexpr std::size_t wire_size = 4;
+    friend bool operator==(const disconnect_payload&, const disconnect_payload&) = default;
+};
+
+/// abort: CmiAbort; an 8-byte prefix, then the message text (the rest of the payload).
+struct abort_payload {
+    std::int32_t exit_code = 1;                  // @0 i32 (two's complement)
+    std::uint32_t origin_pe = 0;                 // @4 u32: PE that called CmiAbort, or launcher_pe
+    std::string_view text;                       // @8 .. end: not NUL-terminated; views the payload
+    static constexpr std::size_t wire_size = 8;  // the fixed prefix
+    friend bool operator==(const abort_payload&, const abort_payload&) = default;
+};
+
+[[nodiscard]] std::array<std::byte, hello_payload::wire_size> encode(
+    const hello_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, publish_payload::wire_size> encode(
+    const publish_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, get_done_payload::wire_size> encode(
+    const get_done_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, credit_payload::wire_size> encode(
+    const credit_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, barrier_payload::wire_size> encode(
+    const barrier_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, persistent_request_payload::wire_size> encode(
+    const persistent_request_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, disconnect_payload::wire_size> encode(
+    const disconnect_payload& p) noexcept;
+/// Prefix and text together (abort is rare; one allocation is fine).
+[[nodiscard]] std::vector<std::byte> encode(const abort_payload& p);
+
+// Decoders check the exact length (at least the prefix, for abort), reserved fields and
+// each field's range; `limits` supplies num_pes and max_payload for the range checks.
+[[nodiscard]] decoded<hello_payload> decode_hello(std::span<const std::byte> bytes,
+                                                  const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<publish_payload> decode_publish(std::span<const std::byte> bytes,
+                                                      const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<get_done_payload> decode_get_done(std::span<const std::byte> bytes,
+                                                        const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<credit_payload> decode_credit(std::span<const std::byte> bytes,
+                                                    const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<barrier_payload> decode_barrier(std::span<const std::byte> bytes,
+                                                      const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<persistent_request_payload> decode_persistent_request(
+    std::span<const std::byte> bytes, const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<disconnect_payload> decode_disconnect(std::span<const std::byte> bytes,
+                                                            const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<abort_payload> decode_abort(std::span<const std::byte> bytes,
+                                                  const decode_limits& limits) noexcept;
+
+}  // namespace coverse::net

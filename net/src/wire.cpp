@@ -1,0 +1,679 @@
+// wire: header and control-payload encoding, the validating decoders, and the error texts.
+#include <coverse/net/wire.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+#include <coverse/net/detail/little_endian.hpp>
+
+namespace coverse::net {
+
+using detail::load_le;
+using detail::store_le;
+
+namespace {
+
+// Payload field offsets, pinned like the header's: each layout is append-only.
+namespace hello_off {
+constexpr std::size_t job_key = 0, rank = 8, num_pes = 12, protocol_version = 16, reserved = 20;
+static_assert(rank == job_key + 8 && num_pes == rank + 4 && protocol_version == num_pes + 4 &&
+              reserved == protocol_version + 4 && hello_payload::wire_size == reserved + 4);
+}  // namespace hello_off
+namespace publish_off {
+constexpr std::size_t address = 0, key = 8, size = 16, handle = 24, reserved = 28;
+static_assert(key == address + 8 && size == key + 8 && handle == size + 8 &&
+              reserved == handle + 4 && publish_payload::wire_size == reserved + 4);
+}  // namespace publish_off
+namespace get_done_off {
+constexpr std::size_t handle = 0, status = 4;
+static_assert(status == handle + 4 && get_done_payload::wire_size == status + 4);
+}  // namespace get_done_off
+namespace credit_off {
+constexpr std::size_t count = 0;
+static_assert(credit_payload::wire_size == count + 4);
+}  // namespace credit_off
+namespace barrier_off {
+constexpr std::size_t epoch = 0, phase = 4;
+static_assert(phase == epoch + 4 && barrier_payload::wire_size == phase + 4);
+}  // namespace barrier_off
+namespace persistent_off {
+constexpr std::size_t max_size = 0, handle = 8, reserved = 12;
+static_assert(handle == max_size + 8 && reserved == handle + 4 &&
+              persistent_request_payload::wire_size == reserved + 4);
+}  // namespace persistent_off
+namespace disconnect_off {
+constexpr std::size_t reason = 0;
+static_assert(disconnect_payload::wire_size == reason + 4);
+}  // namespace disconnect_off
+namespace abort_off {
+constexpr std::size_t exit_code = 0, origin_pe = 4, text = 8;
+static_assert(origin_pe == exit_code + 4 && text == origin_pe + 4 &&
+              abort_payload::wire_size == text);
+}  // namespace abort_off
+
+template <class T>
+void put(std::byte* base, wire_field f, T value) noexcept {
+    static_assert(sizeof(T) <= 8);
+    store_le<T>(base + f.offset, value);
+}
+
+constexpr decode_error fail(decode_status status, frame_type type, std::string_view field,
+                            std::uint64_t value, std::uint64_t limit = 0) noexcept {
+    return decode_error{status, type, field, value, limit};
+}
+
+bool valid_pe(std::uint32_t pe, const decode_limits& limits) noexcept {
+    return pe < limits.num_pes || (limits.accept_launcher && pe == launcher_pe);
+}
+
+// A fixed payload must be exactly its wire size; payload decoders are also called on
+// spans that did not come through decode_header, so they check again.
+decode_error check_exact(std::span<const std::byte> bytes, std::size_t size,
+                         frame_type type) noexcept {
+    if (bytes.size() != size) {
+        return fail(decode_status::payload_length_mismatch, type, "payload_length", bytes.size(),
+                    size);
+    }
+    return {};
+}
+
+}  // namespace
+
+std::string_view frame_type_name(frame_type type) noexcept {
+    switch (type) {
+        case frame_type::standard:
+            return "standard";
+        case frame_type::barrier:
+            return "barrier";
+        case frame_type::persistent_request:
+            return "persistent_request";
+        case frame_type::credit:
+            return "credit";
+        case frame_type::latency_vector_request:
+            return "latency_vector_request";
+        case frame_type::latency_vector_reply:
+            return "latency_vector_reply";
+        case frame_type::cluster_mapping:
+            return "cluster_mapping";
+        case frame_type::publish:
+            return "publish";
+        case frame_type::get_done:
+            return "get_done";
+        case frame_type::hello:
+            return "hello";
+        case frame_type::disconnect:
+            return "disconnect";
+        case frame_type::abort:
+            return "abort";
+        case frame_type::print:
+            return "print";
+        case frame_type::error:
+            return "error";
+        case frame_type::scan:
+            return "scan";
+        case frame_type::scan_reply:
+            return "scan_reply";
+    }
+    return "unknown";
+}
+
+std::uint16_t allowed_flags(frame_type type) noexcept {
+    return type == frame_type::standard ? frame_flags::broadcast : std::uint16_t{0};
+}
+
+bool uses_tag(frame_type type) noexcept {
+    switch (type) {
+        case frame_type::standard:  // only with frame_flags::broadcast; checked in decode_header
+        case frame_type::latency_vector_request:
+        case frame_type::latency_vector_reply:
+        case frame_type::scan:
+        case frame_type::scan_reply:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void encode_header(const frame_header& h, std::span<std::byte, header_size> out) noexcept {
+    std::byte* p = out.data();
+    put<std::uint32_t>(p, header_field::magic, frame_magic);
+    put<std::uint8_t>(p, header_field::version, wire_version);
+    put<std::uint8_t>(p, header_field::type, static_cast<std::uint8_t>(h.type));
+    put<std::uint16_t>(p, header_field::flags, h.flags);
+    put<std::uint32_t>(p, header_field::source_pe, h.source_pe);
+    put<std::uint32_t>(p, header_field::payload_length, h.payload_length);
+    put<std::uint16_t>(p, header_field::credits, h.credits);
+    put<std::uint16_t>(p, header_field::reserved, 0);
+    put<std::uint32_t>(p, header_field::tag, h.tag);
+}
+
+std::array<std::byte, header_size> encode_header(const frame_header& header) noexcept {
+    std::array<std::byte, header_size> out{};
+    encode_header(header, std::span<std::byte, header_size>(out));
+    return out;
+}
+
+payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noexcept {
+    using k = payload_length_kind;
+    // 64-bit product: num_pes up to 2^32 - 1 would overflow u32.
+    const std::uint64_t vector = 4ull * limits.num_pes;
+    switch (type) {
+        case frame_type::barrier:
+            return {k::exact, barrier_payload::wire_size};
+        case frame_type::persistent_request:
+            return {k::exact, persistent_request_payload::wire_size};
+        case frame_type::credit:
+            return {k::exact, credit_payload::wire_size};
+        case frame_type::latency_vector_request:
+            return {k::exact, 0};
+        case frame_type::latency_vector_reply:
+            return {k::exact, vector};
+        case frame_type::cluster_mapping:
+            return {k::exact, vector};
+        case frame_type::publish:
+            return {k::exact, publish_payload::wire_size};
+        case frame_type::get_done:
+            return {k::exact, get_done_payload::wire_size};
+        case frame_type::hello:
+            return {k::exact, hello_payload::wire_size};
+        case frame_type::disconnect:
+            return {k::exact, disconnect_payload::wire_size};
+        case frame_type::abort:
+            return {k::at_least, abort_payload::wire_size};
+        default:
+            return {k::any, 0};
+    }
+}
+
+decoded<frame_header> decode_header(std::span<const std::byte> bytes,
+                                    const decode_limits& limits) noexcept {
+    decoded<frame_header> r;
+    if (bytes.size() < header_size) {
+        r.error = fail(decode_status::truncated, {}, "header", bytes.size(), header_size);
+        return r;
+    }
+    const std::byte* p = bytes.data();
+    auto get32 = [p](wire_field f) { return load_le<std::uint32_t>(p + f.offset); };
+    auto get16 = [p](wire_field f) { return load_le<std::uint16_t>(p + f.offset); };
+    auto get8 = [p](wire_field f) { return load_le<std::uint8_t>(p + f.offset); };
+
+    if (const auto magic = get32(header_field::magic); magic != frame_magic) {
+        r.error = fail(decode_status::bad_magic, {}, "magic", magic, frame_magic);
+        return r;
+    }
+    if (const auto version = get8(header_field::version); version != wire_version) {
+        r.error = fail(decode_status::unsupported_version, {}, "version", version, wire_version);
+        return r;
+    }
+    const auto raw_type = get8(header_field::type);
+    if (raw_type < first_frame_type || raw_type > last_frame_type) {
+        r.error = fail(decode_status::unknown_type, {}, "type", raw_type, last_frame_type);
+        return r;
+    }
+    frame_header& h = r.value;
+    h.type = static_cast<frame_type>(raw_type);
+    h.flags = get16(header_field::flags);
+    h.source_pe = get32(header_field::source_pe);
+    h.payload_length = get32(header_field::payload_length);
+    h.credits = get16(header_field::credits);
+    h.tag = get32(header_field::tag);
+
+    if (const std::uint16_t allowed = allowed_flags(h.type); (h.flags & ~allowed) != 0) {
+        r.error = fail(decode_status::reserved_bits_set, h.type, "flags", h.flags, allowed);
+        return r;
+    }
+    if (const auto reserved = get16(header_field::reserved); reserved != 0) {
+        r.error = fail(decode_status::reserved_bits_set, h.type, "reserved", reserved, 0);
+        return r;
+    }
+    if (!valid_pe(h.source_pe, limits)) {
+        r.error = fail(decode_status::source_pe_out_of_range, h.type, "source_pe", h.source_pe,
+                       limits.num_pes);
+        return r;
+    }
+    if (h.payload_length > limits.max_payload) {
+        r.error = fail(decode_status::payload_too_long, h.type, "payload_length", h.payload_length,
+                       limits.max_payload);
+        return r;
+    }
+    const payload_rule rule = payload_rule_for(h.type, limits);
+    const bool length_fits =
+        rule.kind == payload_length_kind::any ||
+        (rule.kind == payload_length_kind::exact && h.payload_length == rule.length) ||
+        (rule.kind == payload_length_kind::at_least && h.payload_length >= rule.length);
+    if (!length_fits) {
+        r.error = fail(decode_status::payload_length_mismatch, h.type, "payload_length",
+                       h.payload_length, rule.length);
+        return r;
+    }
+    if (h.type == frame_type::standard && (h.flags & frame_flags::broadcast) != 0) {
+        if (h.tag >= limits.num_pes) {
+            r.error = fail(decode_status::broadcast_root_out_of_range, h.type, "tag", h.tag,
+                           limits.num_pes);
+            return r;
+        }
+    } else if (h.tag != 0 && (!uses_tag(h.type) || h.type == frame_type::standard)) {
+        r.error = fail(decode_status::reserved_bits_set, h.type, "tag", h.tag, 0);
+        return r;
+    }
+    return r;
+}
+
+decode_error validate_payload(const frame_header& header, std::span<const std::byte> payload,
+                              const decode_limits& limits) noexcept {
+    if (payload.size() != header.payload_length) {
+        return fail(decode_status::truncated, header.type, "payload", payload.size(),
+                    header.payload_length);
+    }
+    switch (header.type) {
+        case frame_type::hello: {
+            auto d = decode_hello(payload, limits);
+            if (!d.ok()) return d.error;
+            // The hello speaks for the connection; a rank other than the frame's source
+            // means a confused or forged peer.
+            if (d.value.rank != header.source_pe) {
+                return fail(decode_status::invalid_field, header.type, "hello.rank/source_pe",
+                            d.value.rank, header.source_pe);
+            }
+            return {};
+        }
+        case frame_type::publish:
+            return decode_publish(payload, limits).error;
+        case frame_type::get_done:
+            return decode_get_done(payload, limits).error;
+        case frame_type::credit:
+            return decode_credit(payload, limits).error;
+        case frame_type::barrier:
+            return decode_barrier(payload, limits).error;
+        case frame_type::persistent_request:
+            return decode_persistent_request(payload, limits).error;
+        case frame_type::disconnect:
+            return decode_disconnect(payload, limits).error;
+        case frame_type::abort:
+            return decode_abort(payload, limits).error;
+        default:
+            return {};
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Control payloads
+
+std::array<std::byte, hello_payload::wire_size> encode(const hello_payload& v) noexcept {
+    std::array<std::byte, hello_payload::wire_size> out{};
+    store_le<std::uint64_t>(out.data() + hello_off::job_key, v.job_key);
+    store_le<std::uint32_t>(out.data() + hello_off::rank, v.rank);
+    store_le<std::uint32_t>(out.data() + hello_off::num_pes, v.num_pes);
+    store_le<std::uint32_t>(out.data() + hello_off::protocol_version, v.protocol_version);
+    return out;
+}
+
+decoded<hello_payload> decode_hello(std::span<const std::byte> b,
+                                    const decode_limits& limits) noexcept {
+    decoded<hello_payload> r;
+    if ((r.error = check_exact(b, hello_payload::wire_size, frame_type::hello))) return r;
+    const std::byte* p = b.data();
+    r.value.job_key = load_le<std::uint64_t>(p + hello_off::job_key);
+    r.value.rank = load_le<std::uint32_t>(p + hello_off::rank);
+    r.value.num_pes = load_le<std::uint32_t>(p + hello_off::num_pes);
+    r.value.protocol_version = load_le<std::uint32_t>(p + hello_off::protocol_version);
+    const auto reserved = load_le<std::uint32_t>(p + hello_off::reserved);
+    if (reserved != 0) {
+        r.error =
+            fail(decode_status::reserved_bits_set, frame_type::hello, "hello.reserved", reserved);
+    } else if (r.value.protocol_version == 0) {
+        r.error = fail(decode_status::invalid_field, frame_type::hello, "hello.protocol_version", 0,
+                       protocol_revision);
+    } else if (r.value.num_pes != limits.num_pes) {
+        r.error = fail(decode_status::invalid_field, frame_type::hello, "hello.num_pes",
+                       r.value.num_pes, limits.num_pes);
+    } else if (r.value.rank >= limits.num_pes) {
+        r.error = fail(decode_status::invalid_field, frame_type::hello, "hello.rank", r.value.rank,
+                       limits.num_pes);
+    }
+    return r;
+}
+
+std::array<std::byte, publish_payload::wire_size> encode(const publish_payload& v) noexcept {
+    std::array<std::byte, publish_payload::wire_size> out{};
+    store_le<std::uint64_t>(out.data() + publish_off::address, v.address);
+    store_le<std::uint64_t>(out.data() + publish_off::key, v.key);
+    store_le<std::uint64_t>(out.data() + publish_off::size, v.size);
+    store_le<std::uint32_t>(out.data() + publish_off::handle, v.handle);
+    return out;
+}
+
+decoded<publish_payload> decode_publish(std::span<const std::byte> b,
+                                        const decode_limits& limits) noexcept {
+    decoded<publish_payload> r;
+    if ((r.error = check_exact(b, publish_payload::wire_size, frame_type::publish))) return r;
+    const std::byte* p = b.data();
+    r.value.address = load_le<std::uint64_t>(p + publish_off::address);
+    r.value.key = load_le<std::uint64_t>(p + publish_off::key);
+    r.value.size = load_le<std::uint64_t>(p + publish_off::size);
+    r.value.handle = load_le<std::uint32_t>(p + publish_off::handle);
+    const auto reserved = load_le<std::uint32_t>(p + publish_off::reserved);
+    if (reserved != 0) {
+        r.error = fail(decode_status::reserved_bits_set, frame_type::publish, "publish.reserved",
+                       reserved);
+    } else if (r.value.size == 0 || r.value.size > limits.max_payload) {
+        // The receiver allocates `size` bytes before the get: the same cap as a stream frame.
+        r.error = fail(decode_status::invalid_field, frame_type::publish, "publish.size",
+                       r.value.size, limits.max_payload);
+    }
+    return r;
+}
+
+std::array<std::byte, get_done_payload::wire_size> encode(const get_done_payload& v) noexcept {
+    std::array<std::byte, get_done_payload::wire_size> out{};
+    store_le<std::uint32_t>(out.data() + get_done_off::handle, v.handle);
+    store_le<std::uint32_t>(out.data() + get_done_off::status,
+                            static_cast<std::uint32_t>(v.status));
+    return out;
+}
+
+decoded<get_done_payload> decode_get_done(std::span<const std::byte> b,
+                                          const decode_limits&) noexcept {
+    decoded<get_done_payload> r;
+    if ((r.error = check_exact(b, get_done_payload::wire_size, frame_type::get_done))) return r;
+    r.value.handle = load_le<std::uint32_t>(b.data() + get_done_off::handle);
+    const auto status = load_le<std::uint32_t>(b.data() + get_done_off::status);
+    if (status > static_cast<std::uint32_t>(get_status::failed)) {
+        r.error = fail(decode_status::invalid_field, frame_type::get_done, "get_done.status",
+                       status, static_cast<std::uint32_t>(get_status::failed));
+        return r;
+    }
+    r.value.status = static_cast<get_status>(status);
+    return r;
+}
+
+std::array<std::byte, credit_payload::wire_size> encode(const credit_payload& v) noexcept {
+    std::array<std::byte, credit_payload::wire_size> out{};
+    store_le<std::uint32_t>(out.data() + credit_off::count, v.count);
+    return out;
+}
+
+decoded<credit_payload> decode_credit(std::span<const std::byte> b, const decode_limits&) noexcept {
+    decoded<credit_payload> r;
+    if ((r.error = check_exact(b, credit_payload::wire_size, frame_type::credit))) return r;
+    r.value.count = load_le<std::uint32_t>(b.data() + credit_off::count);
+    if (r.value.count == 0) {
+        r.error = fail(decode_status::invalid_field, frame_type::credit, "credit.count", 0, 1);
+    }
+    return r;
+}
+
+std::array<std::byte, barrier_payload::wire_size> encode(const barrier_payload& v) noexcept {
+    std::array<std::byte, barrier_payload::wire_size> out{};
+    store_le<std::uint32_t>(out.data() + barrier_off::epoch, v.epoch);
+    store_le<std::uint32_t>(out.data() + barrier_off::phase, static_cast<std::uint32_t>(v.phase));
+    return out;
+}
+
+decoded<barrier_payload> decode_barrier(std::span<const std::byte> b,
+                                        const decode_limits&) noexcept {
+    decoded<barrier_payload> r;
+    if ((r.error = check_exact(b, barrier_payload::wire_size, frame_type::barrier))) return r;
+    r.value.epoch = load_le<std::uint32_t>(b.data() + barrier_off::epoch);
+    const auto phase = load_le<std::uint32_t>(b.data() + barrier_off::phase);
+    if (phase != static_cast<std::uint32_t>(barrier_phase::arrive) &&
+        phase != static_cast<std::uint32_t>(barrier_phase::release)) {
+        r.error = fail(decode_status::invalid_field, frame_type::barrier, "barrier.phase", phase,
+                       static_cast<std::uint32_t>(barrier_phase::release));
+        return r;
+    }
+    r.value.phase = static_cast<barrier_phase>(phase);
+    return r;
+}
+
+std::array<std::byte, persistent_request_payload::wire_size> encode(
+    const persistent_request_payload& v) noexcept {
+    std::array<std::byte, persistent_request_payload::wire_size> out{};
+    store_le<std::uint64_t>(out.data() + persistent_off::max_size, v.max_size);
+    store_le<std::uint32_t>(out.data() + persistent_off::handle, v.handle);
+    return out;
+}
+
+decoded<persistent_request_payload> decode_persistent_request(
+    std::span<const std::byte> b, const decode_limits& limits) noexcept {
+    decoded<persistent_request_payload> r;
+    if ((r.error = check_exact(b, persistent_request_payload::wire_size,
+                               frame_type::persistent_request))) {
+        return r;
+    }
+    r.value.max_size = load_le<std::uint64_t>(b.data() + persistent_off::max_size);
+    r.value.handle = load_le<std::uint32_t>(b.data() + persistent_off::handle);
+    const auto reserved = load_le<std::uint32_t>(b.data() + persistent_off::reserved);
+    if (reserved != 0) {
+        r.error = fail(decode_status::reserved_bits_set, frame_type::persistent_request,
+                       "persistent_request.reserved", reserved);
+    } else if (r.value.max_size == 0 || r.value.max_size > limits.max_payload) {
+        r.error = fail(decode_status::invalid_field, frame_type::persistent_request,
+                       "persistent_request.max_size", r.value.max_size, limits.max_payload);
+    }
+    return r;
+}
+
+std::array<std::byte, disconnect_payload::wire_size> encode(const disconnect_payload& v) noexcept {
+    std::array<std::byte, disconnect_payload::wire_size> out{};
+    store_le<std::uint32_t>(out.data() + disconnect_off::reason,
+                            static_cast<std::uint32_t>(v.reason));
+    return out;
+}
+
+decoded<disconnect_payload> decode_disconnect(std::span<const std::byte> b,
+                                              const decode_limits&) noexcept {
+    decoded<disconnect_payload> r;
+    if ((r.error = check_exact(b, disconnect_payload::wire_size, frame_type::disconnect))) return r;
+    const auto reason = load_le<std::uint32_t>(b.data() + disconnect_off::reason);
+    if (reason < static_cast<std::uint32_t>(disconnect_reason::shutdown) ||
+        reason > static_cast<std::uint32_t>(disconnect_reason::timeout)) {
+        r.error = fail(decode_status::invalid_field, frame_type::disconnect, "disconnect.reason",
+                       reason, static_cast<std::uint32_t>(disconnect_reason::timeout));
+        return r;
+    }
+    r.value.reason = static_cast<disconnect_reason>(reason);
+    return r;
+}
+
+std::vector<std::byte> encode(const abort_payload& v) {
+    std::vector<std::byte> out(abort_payload::wire_size + v.text.size());
+    store_le<std::uint32_t>(out.data() + abort_off::exit_code,
+                            static_cast<std::uint32_t>(v.exit_code));
+    store_le<std::uint32_t>(out.data() + abort_off::origin_pe, v.origin_pe);
+    for (std::size_t i = 0; i < v.text.size(); ++i) {
+        out[abort_off::text + i] = static_cast<std::byte>(v.text[i]);
+    }
+    return out;
+}
+
+decoded<abort_payload> decode_abort(std::span<const std::byte> b,
+                                    const decode_limits& limits) noexcept {
+    decoded<abort_payload> r;
+    if (b.size() < abort_payload::wire_size) {
+        r.error = fail(decode_status::payload_length_mismatch, frame_type::abort, "payload_length",
+                       b.size(), abort_payload::wire_size);
+        return r;
+    }
+    // Two's complement by definition in C++20, so the cast round-trips negative codes.
+    r.value.exit_code =
+        static_cast<std::int32_t>(load_le<std::uint32_t>(b.data() + abort_off::exit_code));
+    r.value.origin_pe = load_le<std::uint32_t>(b.data() + abort_off::origin_pe);
+    r.value.text = std::string_view(reinterpret_cast<const char*>(b.data()) + abort_off::text,
+                                    b.size() - abort_off::text);
+    if (!valid_pe(r.value.origin_pe, {limits.max_payload, limits.num_pes, true})) {
+        r.error = fail(decode_status::invalid_field, frame_type::abort, "abort.origin_pe",
+                       r.value.origin_pe, limits.num_pes);
+    }
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------
+// Error texts
+
+std::string_view decode_status_name(decode_status status) noexcept {
+    switch (status) {
+        case decode_status::ok:
+            return "ok";
+        case decode_status::truncated:
+            return "truncated";
+        case decode_status::bad_magic:
+            return "bad_magic";
+        case decode_status::unsupported_version:
+            return "unsupported_version";
+        case decode_status::unknown_type:
+            return "unknown_type";
+        case decode_status::reserved_bits_set:
+            return "reserved_bits_set";
+        case decode_status::source_pe_out_of_range:
+            return "source_pe_out_of_range";
+        case decode_status::payload_too_long:
+            return "payload_too_long";
+        case decode_status::payload_length_mismatch:
+            return "payload_length_mismatch";
+        case decode_status::broadcast_root_out_of_range:
+            return "broadcast_root_out_of_range";
+        case decode_status::invalid_field:
+            return "invalid_field";
+        case decode_status::payload_allocation_failed:
+            return "payload_allocation_failed";
+    }
+    return "unknown";
+}
+
+namespace {
+
+std::string format(const char* fmt, auto... args) {
+    char buf[256];
+    const int n = std::snprintf(buf, sizeof buf, fmt, args...);
+    return std::string(
+        buf, n < 0 ? 0 : std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+}
+
+// Built with append, not operator+ chains: GCC 12 at -O3 raises a false -Wrestrict on those.
+std::string type_label(const decode_error& e) {
+    std::string out;
+    out += '\'';
+    out.append(frame_type_name(e.type));
+    out += '\'';
+    return out;
+}
+
+// What a valid value of each range-checked payload field looks like; each text takes the
+// error's `limit` as its one %llu (or ignores it).
+const char* field_rule(std::string_view field) {
+    struct rule {
+        std::string_view field;
+        const char* text;
+    };
+    static constexpr rule rules[] = {
+        {"hello.protocol_version", "must be at least 1; this build speaks revision %llu"},
+        {"hello.num_pes", "this job has %llu PEs"},
+        {"hello.rank", "the job has %llu PEs"},
+        {"hello.rank/source_pe", "the frame's source PE is %llu"},
+        {"publish.size", "must be 1..%llu (COVERSE_MAX_MESSAGE)"},
+        {"persistent_request.max_size", "must be 1..%llu (COVERSE_MAX_MESSAGE)"},
+        {"get_done.status", "known: 0 ok, 1 failed"},
+        {"credit.count", "must be at least 1"},
+        {"barrier.phase", "known: 1 arrive, 2 release"},
+        {"disconnect.reason", "known: 1 shutdown, 2 error, 3 timeout"},
+        {"abort.origin_pe", "the job has %llu PEs; the launcher is 4294967295"},
+    };
+    for (const rule& r : rules) {
+        if (r.field == field) return r.text;
+    }
+    return "limit %llu";
+}
+
+}  // namespace
+
+std::string describe(const decode_error& e, std::string_view peer) {
+    using ull = unsigned long long;
+    const auto v = static_cast<ull>(e.value);
+    const auto lim = static_cast<ull>(e.limit);
+    const std::string field(e.field);
+    std::string what;
+    std::string fix;
+    switch (e.status) {
+        case decode_status::ok:
+            break;
+        case decode_status::truncated:
+            what = format("%s has %llu bytes, needs %llu", field.c_str(), v, lim);
+            fix = "the connection ended or the buffer was cut mid-frame";
+            break;
+        case decode_status::bad_magic:
+            what = format("bad magic 0x%08llx (expected 0x%08llx, \"CVRS\")", v, lim);
+            fix = "the peer is not a coverse process or the stream lost sync";
+            break;
+        case decode_status::unsupported_version:
+            what = format("header version %llu is not supported (this build speaks version %llu)",
+                          v, lim);
+            fix = "run the same coverse release on every node";
+            break;
+        case decode_status::unknown_type:
+            what = format("unknown frame type %llu (known: 1..%llu)", v, lim);
+            fix = "the peer runs a newer or incompatible coverse; run the same release everywhere";
+            break;
+        case decode_status::reserved_bits_set:
+            if (e.field == "flags") {
+                what = format(
+                    "flags 0x%04llx set bits not allowed on frame type %s (allowed: 0x%04llx)", v,
+                    type_label(e).c_str(), lim);
+            } else {
+                what = format("reserved field '%s' of frame type %s is 0x%llx, must be 0",
+                              field.c_str(), type_label(e).c_str(), v);
+            }
+            fix = "the peer runs a newer or incompatible coverse; run the same release everywhere";
+            break;
+        case decode_status::source_pe_out_of_range:
+            what = format("source PE %llu is out of range (the job has %llu PEs)", v, lim);
+            fix = "the peer belongs to another job or has a stale node table";
+            break;
+        case decode_status::payload_too_long:
+            what = format("payload length %llu exceeds the maximum %llu (COVERSE_MAX_MESSAGE)", v,
+                          lim);
+            fix =
+                "set COVERSE_MAX_MESSAGE to the same, larger value on every PE if such messages "
+                "are intended";
+            break;
+        case decode_status::payload_length_mismatch: {
+            const char* rule = e.type == frame_type::abort ? "at least " : "";
+            what = format("payload length %llu does not match frame type %s (expects %s%llu bytes)",
+                          v, type_label(e).c_str(), rule, lim);
+            fix =
+                "the peer runs an incompatible coverse or the job size differs; run the same "
+                "release and node table everywhere";
+            break;
+        }
+        case decode_status::broadcast_root_out_of_range:
+            what = format("broadcast root PE %llu (tag) is out of range (the job has %llu PEs)", v,
+                          lim);
+            fix = "the peer belongs to another job or has a stale node table";
+            break;
+        case decode_status::invalid_field:
+            what = format("field '%s' of frame type %s has invalid value %llu (", field.c_str(),
+                          type_label(e).c_str(), v) +
+                   format(field_rule(e.field), lim) + ")";
+            fix = "the peer runs an incompatible coverse or belongs to another job";
+            break;
+        case decode_status::payload_allocation_failed:
+            what = format("could not allocate %llu bytes for a payload of frame type %s", v,
+                          type_label(e).c_str());
+            fix = "lower COVERSE_MAX_MESSAGE or give the process more memory";
+            break;
+    }
+    std::string out = "frame from ";
+    out.append(peer);
+    if (e.ok()) {
+        out += ": no error";
+        return out;
+    }
+    out += ": ";
+    out += what;
+    out += "; ";
+    out += fix;
+    out += "; closing the connection";
+    return out;
+}
+
+}  // namespace coverse::net

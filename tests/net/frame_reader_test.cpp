@@ -1,0 +1,300 @@
+// Tests of frame_reader: any chunking of a stream yields the same frames in order,
+// the first invalid frame stops it for good, and big payloads arrive intact.
+#include <coverse/net/frame_reader.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace coverse::net {
+namespace {
+
+constexpr decode_limits limits4{default_max_payload, 4, false};
+
+struct expected_frame {
+    frame_header header;
+    std::vector<std::byte> payload;
+};
+
+void append_frame(std::vector<std::byte>& stream, frame_header h,
+                  std::span<const std::byte> payload) {
+    h.payload_length = static_cast<std::uint32_t>(payload.size());
+    const auto head = encode_header(h);
+    stream.insert(stream.end(), head.begin(), head.end());
+    stream.insert(stream.end(), payload.begin(), payload.end());
+}
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+    std::vector<std::byte> out(n);
+    for (std::size_t i = 0; i < n; ++i)
+        out[i] = static_cast<std::byte>((i * 31 + seed) & 0xFF);
+    return out;
+}
+
+// A few frames of different shapes, including zero-length payloads back to back.
+std::vector<expected_frame> sample_frames() {
+    std::vector<expected_frame> frames;
+    auto add = [&](frame_type type, std::uint32_t source, std::vector<std::byte> payload,
+                   std::uint16_t flags = 0, std::uint32_t tag = 0, std::uint16_t credits = 0) {
+        frame_header h{type,    flags, source, static_cast<std::uint32_t>(payload.size()),
+                       credits, tag};
+        frames.push_back({h, std::move(payload)});
+    };
+    const auto hello = encode(hello_payload{42, 1, 4, protocol_revision});
+    add(frame_type::hello, 1, {hello.begin(), hello.end()});
+    add(frame_type::standard, 1, pattern(37, 1), 0, 0, 3);
+    add(frame_type::standard, 1, {});
+    add(frame_type::latency_vector_request, 1, {}, 0, 17);
+    const auto credit = encode(credit_payload{5});
+    add(frame_type::credit, 1, {credit.begin(), credit.end()});
+    add(frame_type::standard, 1, pattern(5, 9), frame_flags::broadcast, 2);
+    add(frame_type::print, 1, {});
+    return frames;
+}
+
+std::vector<std::byte> stream_of(const std::vector<expected_frame>& frames) {
+    std::vector<std::byte> stream;
+    for (const auto& f : frames)
+        append_frame(stream, f.header, f.payload);
+    return stream;
+}
+
+void expect_same(const std::vector<frame>& got, const std::vector<expected_frame>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].header, want[i].header) << "frame " << i;
+        const auto bytes = got[i].payload_bytes();
+        EXPECT_EQ(std::vector<std::byte>(bytes.begin(), bytes.end()), want[i].payload)
+            << "frame " << i;
+        if (want[i].payload.empty()) {
+            EXPECT_EQ(got[i].payload, nullptr);
+        }
+    }
+}
+
+// Feeds `stream` in the given chunks; collects frames; returns the final status.
+decode_status feed_chunks(frame_reader& reader, std::span<const std::byte> stream,
+                          std::span<const std::size_t> cuts, std::vector<frame>& out) {
+    std::size_t begin = 0;
+    for (std::size_t i = 0; i <= cuts.size(); ++i) {
+        const std::size_t end = i < cuts.size() ? cuts[i] : stream.size();
+        reader.feed_all(stream.subspan(begin, end - begin),
+                        [&](frame&& f) { out.push_back(std::move(f)); });
+        begin = end;
+    }
+    return reader.error().status;
+}
+
+TEST(frame_reader, whole_stream_in_one_chunk) {
+    const auto frames = sample_frames();
+    const auto stream = stream_of(frames);
+    frame_reader reader(limits4);
+    std::vector<frame> got;
+    EXPECT_EQ(reader.feed_all(stream, [&](frame&& f) { got.push_back(std::move(f)); }),
+              decode_status::ok);
+    expect_same(got, frames);
+    EXPECT_EQ(reader.bytes_needed(), header_size);
+}
+
+TEST(frame_reader, split_at_every_position) {
+    const auto frames = sample_frames();
+    const auto stream = stream_of(frames);
+    for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
+        SCOPED_TRACE("cut at " + std::to_string(cut));
+        frame_reader reader(limits4);
+        std::vector<frame> got;
+        const std::size_t cuts[] = {cut};
+        ASSERT_EQ(feed_chunks(reader, stream, cuts, got), decode_status::ok);
+        expect_same(got, frames);
+    }
+}
+
+TEST(frame_reader, split_at_every_pair_of_positions) {
+    const auto frames = sample_frames();
+    const auto stream = stream_of(frames);
+    for (std::size_t a = 0; a <= stream.size(); a += 3) {
+        for (std::size_t b = a; b <= stream.size(); ++b) {
+            frame_reader reader(limits4);
+            std::vector<frame> got;
+            const std::size_t cuts[] = {a, b};
+            ASSERT_EQ(feed_chunks(reader, stream, cuts, got), decode_status::ok);
+            ASSERT_EQ(got.size(), frames.size()) << "cuts " << a << ", " << b;
+        }
+    }
+}
+
+TEST(frame_reader, one_byte_at_a_time) {
+    const auto frames = sample_frames();
+    const auto stream = stream_of(frames);
+    frame_reader reader(limits4);
+    std::vector<frame> got;
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+        ASSERT_EQ(reader.feed(std::span(stream).subspan(i, 1)), 1u) << "byte " << i;
+        if (reader.has_frame()) got.push_back(reader.take_frame());
+    }
+    EXPECT_FALSE(reader.failed());
+    expect_same(got, frames);
+}
+
+TEST(frame_reader, knows_when_the_stream_stops_mid_frame) {
+    const auto frames = sample_frames();
+    const auto stream = stream_of(frames);
+    frame_reader reader(limits4);
+    EXPECT_TRUE(reader.at_frame_boundary());
+    std::size_t boundary = 0;
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+        ASSERT_EQ(reader.feed(std::span(stream).subspan(i, 1)), 1u);
+        if (reader.has_frame()) {
+            EXPECT_FALSE(reader.at_frame_boundary());  // the frame is not taken yet
+            const frame f = reader.take_frame();
+            boundary = i + 1;
+        }
+        EXPECT_EQ(reader.at_frame_boundary(), boundary == i + 1) << "byte " << i;
+    }
+}
+
+TEST(frame_reader, feed_stops_at_each_frame_until_it_is_taken) {
+    const auto frames = sample_frames();
+    const auto stream = stream_of(frames);
+    frame_reader reader(limits4);
+    const std::size_t first = reader.feed(stream);
+    EXPECT_EQ(first, header_size + frames[0].payload.size());
+    ASSERT_TRUE(reader.has_frame());
+    EXPECT_EQ(reader.feed(std::span(stream).subspan(first)), 0u);  // not taken yet
+    const frame f = reader.take_frame();
+    EXPECT_EQ(f.header, frames[0].header);
+    EXPECT_GT(reader.feed(std::span(stream).subspan(first)), 0u);
+}
+
+TEST(frame_reader, big_payload_in_random_chunks) {
+    const std::size_t size = 8u << 20;
+    const auto payload = pattern(size, 5);
+    std::vector<std::byte> stream;
+    append_frame(stream, frame_header{frame_type::standard, 0, 3, 0, 0, 0}, payload);
+    append_frame(stream, frame_header{frame_type::standard, 0, 3, 0, 0, 0}, pattern(10, 6));
+    std::mt19937 rng(7);
+    frame_reader reader(limits4);
+    std::vector<frame> got;
+    std::size_t pos = 0;
+    while (pos < stream.size()) {
+        const std::size_t n = std::min<std::size_t>(stream.size() - pos, 1 + rng() % 200'000);
+        reader.feed_all(std::span(stream).subspan(pos, n),
+                        [&](frame&& f) { got.push_back(std::move(f)); });
+        pos += n;
+    }
+    ASSERT_EQ(got.size(), 2u);
+    ASSERT_EQ(got[0].header.payload_length, size);
+    EXPECT_TRUE(std::equal(payload.begin(), payload.end(), got[0].payload_bytes().begin()));
+    EXPECT_EQ(got[1].header.payload_length, 10u);
+}
+
+TEST(frame_reader, maximum_payload_received_in_place) {
+    // The zero-copy path: after the header, the socket writes straight into the frame.
+    frame_reader reader(limits4);
+    const auto head = encode_header({frame_type::standard, 0, 1, default_max_payload, 0, 0});
+    EXPECT_EQ(reader.feed(head), header_size);
+    EXPECT_EQ(reader.bytes_needed(), default_max_payload);
+    std::size_t filled = 0;
+    while (!reader.has_frame()) {
+        const auto window = reader.payload_window();
+        ASSERT_FALSE(window.empty());
+        const std::size_t n = std::min<std::size_t>(window.size(), 3u << 20);
+        window[0] = static_cast<std::byte>(filled >> 20);
+        reader.commit_payload(n);
+        filled += n;
+    }
+    EXPECT_EQ(filled, default_max_payload);
+    const frame f = reader.take_frame();
+    EXPECT_EQ(f.payload_bytes().size(), default_max_payload);
+    EXPECT_EQ(f.payload_bytes()[3u << 20], std::byte{3});
+    EXPECT_TRUE(reader.payload_window().empty());
+}
+
+TEST(frame_reader, frames_before_an_invalid_header_are_delivered_and_none_after) {
+    const auto frames = sample_frames();
+    auto stream = stream_of(frames);
+    const std::size_t bad_at = stream.size();
+    append_frame(stream, frame_header{frame_type::standard, 0, 9, 0, 0, 0}, pattern(4, 1));
+    const auto tail = stream_of(frames);  // valid frames after the bad one must never appear
+    stream.insert(stream.end(), tail.begin(), tail.end());
+
+    for (std::size_t cut : {std::size_t{0}, bad_at - 1, bad_at, bad_at + 5, stream.size()}) {
+        frame_reader reader(limits4);
+        std::vector<frame> got;
+        const std::size_t cuts[] = {cut};
+        EXPECT_EQ(feed_chunks(reader, stream, cuts, got), decode_status::source_pe_out_of_range);
+        expect_same(got, frames);
+        EXPECT_TRUE(reader.failed());
+        EXPECT_EQ(reader.feed(stream), 0u);
+        EXPECT_FALSE(reader.has_frame());
+        EXPECT_EQ(reader.bytes_needed(), 0u);
+        EXPECT_NE(describe(reader.error(), "PE 9 (127.0.0.1:1)").find("source PE 9"),
+                  std::string::npos);
+    }
+}
+
+TEST(frame_reader, invalid_control_payload_stops_the_reader) {
+    std::vector<std::byte> stream;
+    const auto credit = encode(credit_payload{0});
+    append_frame(stream, frame_header{frame_type::credit, 0, 1, 0, 0, 0}, credit);
+    append_frame(stream, frame_header{frame_type::standard, 0, 1, 0, 0, 0}, {});
+    frame_reader reader(limits4);
+    int count = 0;
+    EXPECT_EQ(reader.feed_all(stream, [&](frame&&) { ++count; }), decode_status::invalid_field);
+    EXPECT_EQ(count, 0);
+    EXPECT_EQ(reader.error().field, "credit.count");
+}
+
+TEST(frame_reader, oversized_length_fails_before_allocating) {
+    frame_reader reader(decode_limits{1024, 4, false});
+    const auto head = encode_header({frame_type::standard, 0, 1, 0xFFFF'FFFF, 0, 0});
+    EXPECT_EQ(reader.feed(head), header_size);
+    EXPECT_TRUE(reader.failed());
+    EXPECT_EQ(reader.error().status, decode_status::payload_too_long);
+    EXPECT_EQ(describe(reader.error(), "PE 1 (127.0.0.1:40000)"),
+              "frame from PE 1 (127.0.0.1:40000): payload length 4294967295 exceeds the maximum "
+              "1024 (COVERSE_MAX_MESSAGE); set COVERSE_MAX_MESSAGE to the same, larger value on "
+              "every PE if such messages are intended; closing the connection");
+}
+
+TEST(frame_reader, random_garbage_never_yields_a_frame_after_an_error) {
+    std::mt19937 rng(12345);
+    const auto valid = stream_of(sample_frames());
+    for (int round = 0; round < 2000; ++round) {
+        // Half the rounds start with valid frames, then garbage; some garbage gets a valid
+        // magic and version so decoding reaches the later checks.
+        std::vector<std::byte> stream;
+        if (round % 2 == 0) stream = valid;
+        const std::size_t n = rng() % 300;
+        for (std::size_t i = 0; i < n; ++i)
+            stream.push_back(static_cast<std::byte>(rng()));
+        if (round % 3 == 0 && stream.size() >= valid.size() + 6) {
+            const auto head = encode_header({});
+            std::copy(head.begin(), head.begin() + 5,
+                      stream.begin() + valid.size() * (round % 2 == 0));
+        }
+        frame_reader reader(
+            decode_limits{4096, static_cast<std::uint32_t>(1 + rng() % 8), round % 5 == 0});
+        bool saw_error = false;
+        std::size_t pos = 0;
+        while (pos < stream.size()) {
+            const std::size_t len = std::min<std::size_t>(stream.size() - pos, 1 + rng() % 40);
+            reader.feed_all(std::span(stream).subspan(pos, len), [&](frame&& f) {
+                EXPECT_FALSE(saw_error);
+                EXPECT_EQ(f.payload_bytes().size(), f.header.payload_length);
+                EXPECT_TRUE(validate_payload(f.header, f.payload_bytes(), reader.limits()).ok());
+            });
+            if (reader.failed()) {
+                saw_error = true;
+                EXPECT_FALSE(describe(reader.error(), "PE 0 (x)").empty());
+            }
+            pos += len;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace coverse::net

@@ -1,0 +1,414 @@
+// Tests of the wire format: header and control-payload round trips, the pinned byte
+// layout, and every validation rule with its status and error text.
+#include <coverse/net/wire.hpp>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace coverse::net {
+namespace {
+
+constexpr std::string_view peer = "PE 3 (127.0.0.1:40123)";
+
+decode_limits limits4() {
+    return decode_limits{default_max_payload, 4, false};
+}
+
+std::vector<std::byte> bytes(std::initializer_list<int> values) {
+    std::vector<std::byte> out;
+    for (int v : values)
+        out.push_back(static_cast<std::byte>(v));
+    return out;
+}
+
+// A header whose payload length fits its type under limits4().
+frame_header valid_header(frame_type type) {
+    frame_header h;
+    h.type = type;
+    h.source_pe = 2;
+    h.credits = 7;
+    const payload_rule rule = payload_rule_for(type, limits4());
+    h.payload_length =
+        static_cast<std::uint32_t>(rule.kind == payload_length_kind::any ? 100 : rule.length);
+    if (uses_tag(type) && type != frame_type::standard) h.tag = 0xABCD;
+    return h;
+}
+
+void expect_error(const decode_error& e, decode_status status, std::string_view field,
+                  std::initializer_list<std::string_view> text_parts) {
+    EXPECT_EQ(e.status, status) << decode_status_name(e.status);
+    EXPECT_EQ(e.field, field);
+    const std::string text = describe(e, peer);
+    EXPECT_TRUE(text.starts_with("frame from PE 3 (127.0.0.1:40123): ")) << text;
+    EXPECT_TRUE(text.ends_with("; closing the connection")) << text;
+    for (std::string_view part : text_parts) {
+        EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' missing from: " << text;
+    }
+}
+
+TEST(wire_header, layout_is_little_endian_at_pinned_offsets) {
+    frame_header h;
+    h.type = frame_type::publish;
+    h.flags = 0;
+    h.source_pe = 0x04030201;
+    h.payload_length = 32;
+    h.credits = 0x0605;
+    h.tag = 0;
+    const auto b = encode_header(h);
+    const auto expected = bytes({'C',  'V',  'R',  'S',  1, 8, 0, 0,  // magic, version, type, flags
+                                 0x01, 0x02, 0x03, 0x04,              // source PE
+                                 32,   0,    0,    0,                 // payload length
+                                 0x05, 0x06, 0,    0,                 // credits, reserved
+                                 0,    0,    0,    0});               // tag
+    EXPECT_EQ(std::vector<std::byte>(b.begin(), b.end()), expected);
+}
+
+TEST(wire_header, every_type_round_trips) {
+    for (int t = first_frame_type; t <= last_frame_type; ++t) {
+        const auto type = static_cast<frame_type>(t);
+        SCOPED_TRACE(std::string(frame_type_name(type)));
+        EXPECT_NE(frame_type_name(type), "unknown");
+        frame_header h = valid_header(type);
+        const auto d = decode_header(encode_header(h), limits4());
+        ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+        EXPECT_EQ(d.value, h);
+    }
+}
+
+TEST(wire_header, broadcast_root_and_launcher_source_round_trip) {
+    frame_header h = valid_header(frame_type::standard);
+    h.flags = frame_flags::broadcast;
+    h.tag = 3;
+    auto d = decode_header(encode_header(h), limits4());
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value, h);
+
+    h = valid_header(frame_type::scan_reply);
+    h.source_pe = launcher_pe;
+    d = decode_header(encode_header(h), decode_limits{default_max_payload, 4, true});
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value, h);
+}
+
+TEST(wire_header, extreme_values_round_trip) {
+    frame_header h = valid_header(frame_type::standard);
+    h.source_pe = 0xFFFF'FFFE;
+    h.credits = 0xFFFF;
+    h.payload_length = 0xFFFF'FFFF;
+    const auto d = decode_header(encode_header(h), decode_limits{0xFFFF'FFFF, 0xFFFF'FFFF, false});
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value, h);
+}
+
+TEST(wire_header, zero_length_payload_is_valid) {
+    frame_header h = valid_header(frame_type::standard);
+    h.payload_length = 0;
+    EXPECT_TRUE(decode_header(encode_header(h), limits4()).ok());
+}
+
+// Patches wire bytes of a valid header so each rule can be broken on its own.
+std::array<std::byte, header_size> patched(frame_header h, std::size_t offset,
+                                           std::initializer_list<int> values) {
+    auto b = encode_header(h);
+    for (int v : values)
+        b[offset++] = static_cast<std::byte>(v);
+    return b;
+}
+
+TEST(wire_header_validation, truncated) {
+    const auto b = encode_header(valid_header(frame_type::standard));
+    const auto d = decode_header(std::span(b).first(23), limits4());
+    expect_error(d.error, decode_status::truncated, "header", {"header has 23 bytes, needs 24"});
+}
+
+TEST(wire_header_validation, bad_magic) {
+    const auto b = patched(valid_header(frame_type::standard), 0, {'G', 'E', 'T', ' '});
+    expect_error(decode_header(b, limits4()).error, decode_status::bad_magic, "magic",
+                 {"bad magic 0x20544547", "expected 0x53525643", "not a coverse process"});
+}
+
+TEST(wire_header_validation, unsupported_version) {
+    const auto b = patched(valid_header(frame_type::standard), 4, {2});
+    expect_error(decode_header(b, limits4()).error, decode_status::unsupported_version, "version",
+                 {"header version 2 is not supported (this build speaks version 1)",
+                  "same coverse release"});
+}
+
+TEST(wire_header_validation, unknown_type) {
+    for (int t : {0, 17, 255}) {
+        const auto b = patched(valid_header(frame_type::standard), 5, {t});
+        expect_error(decode_header(b, limits4()).error, decode_status::unknown_type, "type",
+                     {"unknown frame type " + std::to_string(t) + " (known: 1..16)"});
+    }
+}
+
+TEST(wire_header_validation, flags_not_allowed_for_type) {
+    frame_header h = valid_header(frame_type::barrier);
+    h.flags = frame_flags::broadcast;
+    expect_error(decode_header(encode_header(h), limits4()).error, decode_status::reserved_bits_set,
+                 "flags",
+                 {"flags 0x0001 set bits not allowed on frame type 'barrier' (allowed: 0x0000)"});
+    h = valid_header(frame_type::standard);
+    h.flags = frame_flags::extension;
+    expect_error(decode_header(encode_header(h), limits4()).error, decode_status::reserved_bits_set,
+                 "flags", {"flags 0x8000", "'standard' (allowed: 0x0001)"});
+}
+
+TEST(wire_header_validation, reserved_field_nonzero) {
+    const auto b = patched(valid_header(frame_type::credit), 18, {0x34, 0x12});
+    expect_error(decode_header(b, limits4()).error, decode_status::reserved_bits_set, "reserved",
+                 {"reserved field 'reserved' of frame type 'credit' is 0x1234, must be 0"});
+}
+
+TEST(wire_header_validation, tag_on_a_type_without_one) {
+    frame_header h = valid_header(frame_type::publish);
+    h.tag = 9;
+    expect_error(decode_header(encode_header(h), limits4()).error, decode_status::reserved_bits_set,
+                 "tag", {"reserved field 'tag' of frame type 'publish' is 0x9"});
+    h = valid_header(frame_type::standard);  // a tag without the broadcast flag
+    h.tag = 1;
+    expect_error(decode_header(encode_header(h), limits4()).error, decode_status::reserved_bits_set,
+                 "tag", {"'standard' is 0x1"});
+}
+
+TEST(wire_header_validation, source_pe_out_of_range) {
+    frame_header h = valid_header(frame_type::standard);
+    h.source_pe = 4;
+    expect_error(decode_header(encode_header(h), limits4()).error,
+                 decode_status::source_pe_out_of_range, "source_pe",
+                 {"source PE 4 is out of range (the job has 4 PEs)", "another job"});
+    // The launcher's id is accepted only on launcher connections.
+    h.source_pe = launcher_pe;
+    EXPECT_EQ(decode_header(encode_header(h), limits4()).error.status,
+              decode_status::source_pe_out_of_range);
+}
+
+TEST(wire_header_validation, payload_too_long) {
+    frame_header h = valid_header(frame_type::standard);
+    h.payload_length = 2147483648u;
+    expect_error(decode_header(encode_header(h), limits4()).error, decode_status::payload_too_long,
+                 "payload_length",
+                 {"frame from PE 3 (127.0.0.1:40123): payload length 2147483648 exceeds the "
+                  "maximum 67108864 (COVERSE_MAX_MESSAGE)",
+                  "set COVERSE_MAX_MESSAGE"});
+    h.payload_length = default_max_payload;  // the maximum itself is fine
+    EXPECT_TRUE(decode_header(encode_header(h), limits4()).ok());
+}
+
+TEST(wire_header_validation, control_payload_length_mismatch) {
+    struct test_case {
+        frame_type type;
+        std::uint32_t length;
+        std::string text;
+    };
+    const test_case cases[] = {
+        {frame_type::credit, 5,
+         "payload length 5 does not match frame type 'credit' (expects 4 bytes)"},
+        {frame_type::hello, 0, "'hello' (expects 24 bytes)"},
+        {frame_type::publish, 31, "'publish' (expects 32 bytes)"},
+        {frame_type::get_done, 9, "'get_done' (expects 8 bytes)"},
+        {frame_type::barrier, 4, "'barrier' (expects 8 bytes)"},
+        {frame_type::persistent_request, 8, "(expects 16 bytes)"},
+        {frame_type::disconnect, 0, "(expects 4 bytes)"},
+        {frame_type::latency_vector_request, 1, "(expects 0 bytes)"},
+        {frame_type::latency_vector_reply, 12, "'latency_vector_reply' (expects 16 bytes)"},
+        {frame_type::cluster_mapping, 20, "(expects 16 bytes)"},
+        {frame_type::abort, 7, "'abort' (expects at least 8 bytes)"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(std::string(frame_type_name(c.type)));
+        frame_header h = valid_header(c.type);
+        h.payload_length = c.length;
+        expect_error(decode_header(encode_header(h), limits4()).error,
+                     decode_status::payload_length_mismatch, "payload_length", {c.text});
+    }
+}
+
+TEST(wire_header_validation, broadcast_root_out_of_range) {
+    frame_header h = valid_header(frame_type::standard);
+    h.flags = frame_flags::broadcast;
+    h.tag = 4;
+    expect_error(decode_header(encode_header(h), limits4()).error,
+                 decode_status::broadcast_root_out_of_range, "tag",
+                 {"broadcast root PE 4 (tag) is out of range (the job has 4 PEs)"});
+}
+
+TEST(wire_header_validation, checks_run_in_documented_order) {
+    // Bad magic and bad version together: magic is reported, since nothing else about a
+    // non-coverse stream means anything.
+    auto b = patched(valid_header(frame_type::standard), 0, {0, 0, 0, 0, 9});
+    EXPECT_EQ(decode_header(b, limits4()).error.status, decode_status::bad_magic);
+    // Too long and wrong for its type: the maximum is reported first.
+    frame_header h = valid_header(frame_type::credit);
+    h.payload_length = default_max_payload + 1;
+    EXPECT_EQ(decode_header(encode_header(h), limits4()).error.status,
+              decode_status::payload_too_long);
+}
+
+// ---------------------------------------------------------------------------------------
+
+TEST(wire_payloads, hello_round_trips_with_pinned_layout) {
+    const hello_payload p{0x0807060504030201ull, 2, 4, protocol_revision};
+    const auto b = encode(p);
+    EXPECT_EQ(std::vector<std::byte>(b.begin(), b.end()),
+              bytes({1, 2, 3, 4, 5, 6, 7, 8, 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}));
+    const auto d = decode_hello(b, limits4());
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value, p);
+}
+
+TEST(wire_payloads, publish_round_trips) {
+    const publish_payload p{0x00007F00DEADBEEFull, 0x1234'5678'9ABC'DEF0ull, 1u << 20, 9999};
+    const auto b = encode(p);
+    EXPECT_EQ(b[16], std::byte{0x00});  // size little-endian at 16: 0x100000
+    EXPECT_EQ(b[18], std::byte{0x10});
+    const auto d = decode_publish(b, limits4());
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value, p);
+}
+
+TEST(wire_payloads, small_payloads_round_trip) {
+    const get_done_payload g{77, get_status::failed};
+    EXPECT_EQ(decode_get_done(encode(g), limits4()).value, g);
+    const credit_payload c{16};
+    EXPECT_EQ(decode_credit(encode(c), limits4()).value, c);
+    const barrier_payload br{5, barrier_phase::release};
+    EXPECT_EQ(decode_barrier(encode(br), limits4()).value, br);
+    const persistent_request_payload pr{1u << 20, 3};
+    EXPECT_EQ(decode_persistent_request(encode(pr), limits4()).value, pr);
+    for (auto reason :
+         {disconnect_reason::shutdown, disconnect_reason::error, disconnect_reason::timeout}) {
+        const disconnect_payload d{reason};
+        EXPECT_EQ(decode_disconnect(encode(d), limits4()).value, d);
+    }
+}
+
+TEST(wire_payloads, abort_round_trips_text_and_negative_code) {
+    const abort_payload p{-6, 1, "out of memory on PE 1"};
+    const auto b = encode(p);
+    ASSERT_EQ(b.size(), abort_payload::wire_size + p.text.size());
+    const auto d = decode_abort(b, limits4());
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value, p);
+    // Empty text and the launcher as origin are valid.
+    const abort_payload q{1, launcher_pe, ""};
+    EXPECT_EQ(decode_abort(encode(q), limits4()).value, q);
+}
+
+TEST(wire_payload_validation, lengths_are_checked_by_the_decoders_too) {
+    const std::array<std::byte, 3> short_span{};
+    expect_error(decode_hello(short_span, limits4()).error, decode_status::payload_length_mismatch,
+                 "payload_length", {"payload length 3 does not match frame type 'hello'"});
+    EXPECT_EQ(decode_publish(short_span, limits4()).error.status,
+              decode_status::payload_length_mismatch);
+    EXPECT_EQ(decode_get_done(short_span, limits4()).error.status,
+              decode_status::payload_length_mismatch);
+    EXPECT_EQ(decode_credit(short_span, limits4()).error.status,
+              decode_status::payload_length_mismatch);
+    EXPECT_EQ(decode_barrier(short_span, limits4()).error.status,
+              decode_status::payload_length_mismatch);
+    EXPECT_EQ(decode_persistent_request(short_span, limits4()).error.status,
+              decode_status::payload_length_mismatch);
+    EXPECT_EQ(decode_disconnect(short_span, limits4()).error.status,
+              decode_status::payload_length_mismatch);
+    expect_error(decode_abort(short_span, limits4()).error, decode_status::payload_length_mismatch,
+                 "payload_length", {"expects at least 8 bytes"});
+}
+
+TEST(wire_payload_validation, hello_fields) {
+    auto b = encode(hello_payload{1, 2, 4, protocol_revision});
+    b[20] = std::byte{1};
+    expect_error(decode_hello(b, limits4()).error, decode_status::reserved_bits_set,
+                 "hello.reserved",
+                 {"reserved field 'hello.reserved' of frame type 'hello' is 0x1"});
+    expect_error(
+        decode_hello(encode(hello_payload{1, 2, 8, protocol_revision}), limits4()).error,
+        decode_status::invalid_field, "hello.num_pes",
+        {"field 'hello.num_pes' of frame type 'hello' has invalid value 8 (this job has 4 PEs)"});
+    expect_error(decode_hello(encode(hello_payload{1, 4, 4, protocol_revision}), limits4()).error,
+                 decode_status::invalid_field, "hello.rank",
+                 {"invalid value 4 (the job has 4 PEs)"});
+    expect_error(decode_hello(encode(hello_payload{1, 0, 4, 0}), limits4()).error,
+                 decode_status::invalid_field, "hello.protocol_version", {"must be at least 1"});
+}
+
+TEST(wire_payload_validation, hello_rank_must_match_source_pe) {
+    frame_header h = valid_header(frame_type::hello);  // source PE 2
+    const auto b = encode(hello_payload{1, 1, 4, protocol_revision});
+    expect_error(validate_payload(h, b, limits4()), decode_status::invalid_field,
+                 "hello.rank/source_pe", {"invalid value 1 (the frame's source PE is 2)"});
+    EXPECT_TRUE(validate_payload(h, encode(hello_payload{1, 2, 4, 1}), limits4()).ok());
+}
+
+TEST(wire_payload_validation, publish_fields) {
+    auto b = encode(publish_payload{1, 2, 3, 4});
+    b[31] = std::byte{0x80};
+    EXPECT_EQ(decode_publish(b, limits4()).error.status, decode_status::reserved_bits_set);
+    expect_error(decode_publish(encode(publish_payload{1, 2, 0, 4}), limits4()).error,
+                 decode_status::invalid_field, "publish.size",
+                 {"invalid value 0 (must be 1..67108864 (COVERSE_MAX_MESSAGE))"});
+    EXPECT_EQ(
+        decode_publish(encode(publish_payload{1, 2, default_max_payload + 1ull, 4}), limits4())
+            .error.status,
+        decode_status::invalid_field);
+}
+
+TEST(wire_payload_validation, enum_and_count_fields) {
+    auto g = encode(get_done_payload{1, get_status::ok});
+    g[4] = std::byte{2};
+    expect_error(decode_get_done(g, limits4()).error, decode_status::invalid_field,
+                 "get_done.status", {"invalid value 2 (known: 0 ok, 1 failed)"});
+    expect_error(decode_credit(encode(credit_payload{0}), limits4()).error,
+                 decode_status::invalid_field, "credit.count", {"must be at least 1"});
+    auto br = encode(barrier_payload{1, barrier_phase::arrive});
+    br[4] = std::byte{0};
+    expect_error(decode_barrier(br, limits4()).error, decode_status::invalid_field, "barrier.phase",
+                 {"known: 1 arrive, 2 release"});
+    auto d = encode(disconnect_payload{});
+    d[0] = std::byte{4};
+    expect_error(decode_disconnect(d, limits4()).error, decode_status::invalid_field,
+                 "disconnect.reason", {"invalid value 4 (known: 1 shutdown, 2 error, 3 timeout)"});
+    auto pr = encode(persistent_request_payload{0, 1});
+    expect_error(decode_persistent_request(pr, limits4()).error, decode_status::invalid_field,
+                 "persistent_request.max_size", {"must be 1..67108864"});
+    pr = encode(persistent_request_payload{8, 1});
+    pr[12] = std::byte{1};
+    EXPECT_EQ(decode_persistent_request(pr, limits4()).error.status,
+              decode_status::reserved_bits_set);
+    expect_error(decode_abort(encode(abort_payload{1, 9, "x"}), limits4()).error,
+                 decode_status::invalid_field, "abort.origin_pe",
+                 {"invalid value 9 (the job has 4 PEs"});
+}
+
+TEST(wire_payload_validation, validate_payload_covers_every_control_type) {
+    const auto l = limits4();
+    frame_header h = valid_header(frame_type::credit);
+    EXPECT_EQ(validate_payload(h, encode(credit_payload{0}), l).status,
+              decode_status::invalid_field);
+    EXPECT_TRUE(validate_payload(h, encode(credit_payload{1}), l).ok());
+    // A payload span that disagrees with the header is reported, not read past.
+    const auto credit = encode(credit_payload{1});
+    EXPECT_EQ(validate_payload(h, std::span(credit).first(2), l).status, decode_status::truncated);
+    // Data types pass whatever they carry.
+    h = valid_header(frame_type::print);
+    std::vector<std::byte> text(100, std::byte{0xFF});
+    EXPECT_TRUE(validate_payload(h, text, l).ok());
+}
+
+TEST(wire_errors, every_status_has_a_name_and_a_text) {
+    EXPECT_EQ(describe(decode_error{}, "PE 1 (x)"), "frame from PE 1 (x): no error");
+    for (int s = 1; s <= static_cast<int>(decode_status::payload_allocation_failed); ++s) {
+        decode_error e{static_cast<decode_status>(s), frame_type::standard, "payload_length", 1, 2};
+        EXPECT_NE(decode_status_name(e.status), "unknown");
+        const std::string text = describe(e, "the launcher (10.0.0.1:7777)");
+        EXPECT_TRUE(text.starts_with("frame from the launcher (10.0.0.1:7777): ")) << text;
+        EXPECT_TRUE(text.ends_with("; closing the connection")) << text;
+    }
+}
+
+}  // namespace
+}  // namespace coverse::net
