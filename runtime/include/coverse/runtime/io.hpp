@@ -8,6 +8,8 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <stop_token>
 #include <utility>
@@ -82,7 +84,15 @@ private:
         io_op* self;
         void operator()() const noexcept {
             // Ask only: the final completion still arrives through complete(), and only
-            // then does the awaiting coroutine resume.
+            // then does the awaiting coroutine resume. The ring is single-issuer: a stop
+            // from another thread would race on the submission queue, so it is refused.
+            if (scheduler::current() != self->_sched) {
+                std::fputs(
+                    "coverse: a stop was requested from a thread other than the "
+                    "scheduler running the I/O; request stops on that scheduler\n",
+                    stderr);
+                std::abort();
+            }
             self->_reactor->cancel(self);
         }
     };

@@ -77,10 +77,12 @@ auto with_timeout(task<T> t, std::chrono::duration<Rep, Period> limit)
     detail::stop_link link(co_await this_task::stop_token(), st);
     std::optional<detail::value_t<T>> result;
     std::optional<std::monostate> timer_fired;
-    detail::run_child(std::move(t), &st, &result, 0).start(st);
-    detail::run_child(detail::sleep_task(std::chrono::duration_cast<clock::duration>(limit)), &st,
-                      &timer_fired, 1)
-        .start(st);
+    auto work = detail::run_child(std::move(t), &st, &result, 0);
+    auto timer =
+        detail::run_child(detail::sleep_task(std::chrono::duration_cast<clock::duration>(limit)),
+                          &st, &timer_fired, 1);
+    work.start(st);
+    timer.start(st);
     co_await st.wait();
     if (result) {
         if constexpr (std::is_void_v<T>)

@@ -72,10 +72,18 @@ public:
     };
 
     explicit join_child(std::coroutine_handle<promise_type> h) noexcept : _h(h) {}
+    join_child(join_child&& o) noexcept : _h(std::exchange(o._h, {})) {}
+    join_child& operator=(join_child&&) = delete;
+    /// A child that was never started (a later sibling's frame allocation threw) is
+    /// destroyed here; a started one destroys itself when it finishes.
+    ~join_child() {
+        if (_h) _h.destroy();
+    }
     void start(join_state& st) {
-        _h.promise().st = &st;
-        _h.promise().set_stop(&st.token);
-        _h.resume();
+        auto h = std::exchange(_h, {});
+        h.promise().st = &st;
+        h.promise().set_stop(&st.token);
+        h.resume();
     }
 
 private:
@@ -122,7 +130,12 @@ task<std::tuple<detail::value_t<Ts>...>> when_all(task<Ts>... tasks) {
     detail::stop_link link(co_await this_task::stop_token(), st);
     std::tuple<std::optional<detail::value_t<Ts>>...> results;
     auto start = [&]<std::size_t... I>(std::index_sequence<I...>, auto&... ts) {
-        (detail::run_child(std::move(ts), &st, &std::get<I>(results), I).start(st), ...);
+        // Every child frame is allocated before any starts: if an allocation throws,
+        // nothing is running yet that could point into this unwinding frame.
+        detail::join_child children[] = {
+            detail::run_child(std::move(ts), &st, &std::get<I>(results), I)...};
+        for (auto& c : children)
+            c.start(st);
     };
     start(std::index_sequence_for<Ts...>{}, tasks...);
     co_await st.wait();
@@ -137,8 +150,12 @@ task<std::vector<detail::value_t<T>>> when_all(std::vector<task<T>> tasks) {
     detail::join_state st(tasks.size());
     detail::stop_link link(co_await this_task::stop_token(), st);
     std::vector<std::optional<detail::value_t<T>>> results(tasks.size());
+    std::vector<detail::join_child> children;  // allocated first: see when_all above
+    children.reserve(tasks.size());
     for (std::size_t i = 0; i < tasks.size(); ++i)
-        detail::run_child(std::move(tasks[i]), &st, &results[i], i).start(st);
+        children.push_back(detail::run_child(std::move(tasks[i]), &st, &results[i], i));
+    for (auto& c : children)
+        c.start(st);
     co_await st.wait();
     if (st.first_error) std::rethrow_exception(st.first_error);
     std::vector<detail::value_t<T>> out;
@@ -164,7 +181,12 @@ task<when_any_result<Ts...>> when_any(task<Ts>... tasks) {
     detail::stop_link link(co_await this_task::stop_token(), st);
     std::tuple<std::optional<detail::value_t<Ts>>...> results;
     auto start = [&]<std::size_t... I>(std::index_sequence<I...>, auto&... ts) {
-        (detail::run_child(std::move(ts), &st, &std::get<I>(results), I).start(st), ...);
+        // Every child frame is allocated before any starts: if an allocation throws,
+        // nothing is running yet that could point into this unwinding frame.
+        detail::join_child children[] = {
+            detail::run_child(std::move(ts), &st, &std::get<I>(results), I)...};
+        for (auto& c : children)
+            c.start(st);
     };
     start(std::index_sequence_for<Ts...>{}, tasks...);
     co_await st.wait();

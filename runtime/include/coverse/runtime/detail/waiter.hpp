@@ -4,6 +4,8 @@
 #pragma once
 
 #include <coroutine>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <stop_token>
 
@@ -114,12 +116,21 @@ private:
         void operator()() const noexcept { self->cancel(); }
     };
     void cancel() noexcept {
+        if (scheduler::current() != sched) wrong_thread_stop();
         if (st != state::waiting) return;
         derived().dequeue();
         st = state::cancelled;
         sched->schedule(handle);
     }
     Derived& derived() noexcept { return static_cast<Derived&>(*this); }
+    [[noreturn]] static void wrong_thread_stop() noexcept {
+        std::fputs(
+            "coverse: a stop was requested from a thread other than the waiting task's "
+            "scheduler; request stops on that scheduler (scheduler::post a lambda that "
+            "calls request_stop)\n",
+            stderr);
+        std::abort();
+    }
 
     std::optional<std::stop_callback<canceller>> _on_stop;
 };
