@@ -355,7 +355,13 @@ void scheduler::block(clock::time_point now) {
         return;
     }
     ++_stats.blocks;
-    if (_reactor) {
+    bool delegated = false;
+    if (!_reactor)
+        for (poller* p : _pollers)
+            if ((delegated = p->block(timeout, _wake_fd))) break;
+    if (delegated) {
+        // a poller's own event loop did the waiting
+    } else if (_reactor) {
         _reactor->wait(timeout);
     } else {
         pollfd pfd{_wake_fd, POLLIN, 0};

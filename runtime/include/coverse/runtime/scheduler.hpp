@@ -36,6 +36,16 @@ public:
     virtual bool poll() = 0;
     virtual bool try_sleep() { return true; }
     virtual void wake() {}
+    /// For a poller that owns a blocking event loop of its own (Asio's reactor, when the
+    /// scheduler has no io_uring ring): block until its events, `timeout` (negative: no
+    /// limit), or `wake_fd` (the scheduler's eventfd, written by cross-thread posts) is
+    /// readable — the poller must consume that eventfd's value. Return false to decline;
+    /// the scheduler then blocks by itself. Only asked when the scheduler has no ring.
+    virtual bool block(std::chrono::nanoseconds timeout, int wake_fd) {
+        (void)timeout;
+        (void)wake_fd;
+        return false;
+    }
 };
 
 /// A timer entry, owned by whoever waits on it (it lives in an awaiter's frame), kept in
