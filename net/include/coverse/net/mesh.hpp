@@ -1,0 +1,157 @@
+// mesh: the connection manager. Builds the full mesh of one job's PEs over a backend
+// (a fixed rule: each PE dials every lower rank and accepts every higher one, so each pair
+// has exactly one connection), checks every peer's hello (job key, protocol version, job
+// size), keeps one ordered send queue and one reader per connection, detects dead peers,
+// and runs the disconnect handshake so nothing in flight is lost at shutdown.
+//
+// Stages of a connection: connecting (dial with backoff / accept) -> hello exchanged ->
+// connected (reader and writer tasks run) -> disconnecting (our disconnect frame queued
+// behind all data; waiting for the peer's) -> disconnected (both sides half-closed, EOF
+// seen, socket closed). Any unexpected EOF, reset or invalid frame -> error.
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <coverse/net/frame_reader.hpp>
+#include <coverse/net/transport.hpp>
+#include <coverse/net/wire.hpp>
+#include <coverse/runtime/scope.hpp>
+#include <coverse/runtime/task.hpp>
+
+namespace coverse::net {
+
+/// A set-up or peer failure, with a message naming the PE, its address, the phase and
+/// what to do.
+class mesh_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+enum class connection_state { connecting, connected, disconnecting, disconnected, error };
+const char* to_string(connection_state s) noexcept;
+
+struct mesh_config {
+    std::uint32_t rank = 0;
+    std::uint32_t num_pes = 1;
+    std::uint64_t job_key = 0;
+    /// peers[r] is where PE r listens; peers[rank] is ignored (we listen on our listener).
+    std::vector<endpoint> peers;
+    /// CONNECTION_TIMEOUT: set-up (and the disconnect handshake) give up after this long.
+    std::chrono::milliseconds connect_timeout{std::chrono::seconds(300)};
+    std::chrono::milliseconds retry_initial{5};
+    std::chrono::milliseconds retry_max{250};
+    std::uint32_t max_payload = default_max_payload;  // COVERSE_MAX_MESSAGE
+    /// The protocol version our hello announces (tests change it to prove refusal).
+    std::uint32_t protocol_version = protocol_revision;
+};
+
+/// One frame received from a peer.
+struct received {
+    std::uint32_t from = 0;
+    net::frame frame;
+};
+
+class mesh {
+public:
+    /// `listener` must already listen on the endpoint the other PEs were told (peers[rank]).
+    mesh(backend& b, std::unique_ptr<listener> l, mesh_config cfg);
+    /// The mesh must have been shut down (or never established): tasks still running
+    /// would outlive it. Reported and fatal otherwise, like any unjoined scope.
+    ~mesh();
+    mesh(const mesh&) = delete;
+    mesh& operator=(const mesh&) = delete;
+
+    /// Connects to every peer and exchanges hellos. Throws mesh_error naming the peer, its
+    /// address and the cause: refused hello (job key, version, job size), no listener
+    /// within connect_timeout, or PEs that never connected.
+    task<void> establish();
+
+    /// Queues a frame to `pe` behind everything sent to it before; completes when its
+    /// bytes are in the kernel (the payload may then be reused). Returns 0 or -errno
+    /// (-ENOTCONN when the connection is not up, -EINVAL for a bad PE). Frames of
+    /// different sends are never interleaved. Not cancellable once queued.
+    task<int> send(std::uint32_t pe, frame_header header, std::span<const std::byte> payload);
+
+    /// The next received frame, in order per peer; nullopt once every peer has
+    /// disconnected and everything received was handed out. Throws mesh_error once a peer
+    /// failed (after handing out what arrived before the failure).
+    task<std::optional<received>> receive();
+    /// A received frame if one is queued now.
+    std::optional<received> try_receive();
+
+    /// The disconnect handshake with every connected peer: our disconnect frame goes out
+    /// behind all queued data, we wait for the peer's (everything it sent arrives first),
+    /// both sides half-close, then close. Frames received meanwhile stay in the inbox.
+    /// Throws mesh_error naming peers that did not complete it within connect_timeout.
+    task<void> shutdown();
+
+    /// Called once for each peer that fails (EOF or reset outside the handshake, an
+    /// invalid frame). The default prints the message to stderr; receive() then throws.
+    void on_peer_failure(std::function<void(std::uint32_t pe, const std::string& why)> fn) {
+        _on_failure = std::move(fn);
+    }
+
+    connection_state state(std::uint32_t pe) const;
+    const mesh_config& config() const noexcept { return _cfg; }
+    /// "PE 3 (127.0.0.1:40123)"
+    std::string peer_name(std::uint32_t pe) const;
+
+private:
+    struct done_flag {
+        bool done = false;
+        std::coroutine_handle<> waiter;
+        void set() noexcept;
+        auto wait() noexcept;
+    };
+    struct outgoing {
+        std::array<std::byte, header_size> header{};
+        std::span<const std::byte> payload;
+        int result = 0;
+        done_flag done;
+    };
+    struct connection;
+
+    task<void> establish_all();
+    task<void> accept_all(std::size_t expected);
+    task<void> accept_one(std::unique_ptr<stream> s);
+    task<void> dial(std::uint32_t pe);
+    task<io_result<frame>> read_hello(stream& s, frame_reader& reader, std::vector<frame>& early);
+    task<void> refuse(stream& s, const std::string& why);
+    void attach(std::uint32_t pe, std::unique_ptr<stream> s, frame_reader reader,
+                std::vector<frame> early);
+    std::optional<std::string> check_hello(const frame& f, std::uint32_t expected_pe) const;
+    frame_header hello_header() const;
+    std::array<std::byte, hello_payload::wire_size> hello_bytes() const;
+
+    task<void> writer(connection* c);
+    task<void> reader(connection* c);
+    void deliver(connection* c, frame f);
+    void fail(connection* c, const std::string& why);
+    void wake_receiver() noexcept;
+    task<void> disconnect(connection* c);
+
+    backend& _backend;
+    std::unique_ptr<listener> _listener;
+    mesh_config _cfg;
+    decode_limits _limits;
+    std::vector<std::unique_ptr<connection>> _conns;  // by PE; null for ourselves
+    std::string _establish_error;                     // first set-up failure
+    task_scope _tasks{"mesh"};
+
+    std::deque<received> _inbox;
+    std::coroutine_handle<> _receiver;
+    std::string _failure;  // first peer failure, rethrown by receive()
+    std::function<void(std::uint32_t, const std::string&)> _on_failure;
+};
+
+}  // namespace coverse::net

@@ -1,0 +1,569 @@
+// mesh: full-mesh set-up with hello checks, per-connection ordered writer and reader
+// tasks, peer-failure detection, and the disconnect handshake.
+#include <coverse/net/mesh.hpp>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include <coverse/runtime/event.hpp>
+#include <coverse/runtime/scheduler.hpp>
+#include <coverse/runtime/timer.hpp>
+#include <coverse/runtime/when.hpp>
+
+namespace coverse::net {
+
+namespace {
+constexpr std::size_t read_chunk = 64 * 1024;
+// Payload bytes still missing at or above this go straight into the frame's buffer.
+constexpr std::size_t direct_receive_min = 16 * 1024;
+constexpr std::size_t batch_frames = 64;
+constexpr std::size_t batch_bytes = 1 << 20;
+constexpr std::uint32_t any_pe = 0xFFFF'FFFF;
+
+std::string errno_text(int negative_errno) {
+    return std::strerror(-negative_errno);
+}
+
+std::string hex(std::uint64_t v) {
+    char b[24];
+    std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
+    return b;
+}
+
+std::string seconds(std::chrono::milliseconds d) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g s", static_cast<double>(d.count()) / 1000.0);
+    return b;
+}
+}  // namespace
+
+const char* to_string(connection_state s) noexcept {
+    switch (s) {
+        case connection_state::connecting:
+            return "connecting";
+        case connection_state::connected:
+            return "connected";
+        case connection_state::disconnecting:
+            return "disconnecting";
+        case connection_state::disconnected:
+            return "disconnected";
+        case connection_state::error:
+            return "error";
+    }
+    return "?";
+}
+
+struct mesh::connection {
+    connection(std::uint32_t p, std::string n, std::unique_ptr<stream> st, frame_reader r)
+        : pe(p), name(std::move(n)), s(std::move(st)), reader(std::move(r)) {}
+    std::uint32_t pe;
+    std::string name;  // "PE 3 (127.0.0.1:40123)"
+    std::unique_ptr<stream> s;
+    frame_reader reader;
+    std::vector<frame> early;  // frames that arrived in the same receive as the hello
+    connection_state st = connection_state::connected;
+    std::deque<outgoing*> queue;
+    event wake;         // the writer waits here for queued frames
+    event bye;          // the peer's disconnect frame arrived (or the peer failed)
+    event reader_done;  // the reader saw the end of the stream or stopped
+    bool writer_closing = false;
+    bool failed = false;
+};
+
+void mesh::done_flag::set() noexcept {
+    done = true;
+    if (waiter) scheduler::this_thread().schedule(std::exchange(waiter, {}));
+}
+
+auto mesh::done_flag::wait() noexcept {
+    struct awaiter {
+        done_flag* f;
+        bool await_ready() const noexcept { return f->done; }
+        void await_suspend(std::coroutine_handle<> h) noexcept { f->waiter = h; }
+        void await_resume() const noexcept {}
+    };
+    return awaiter{this};
+}
+
+mesh::mesh(backend& b, std::unique_ptr<listener> l, mesh_config cfg)
+    : _backend(b), _listener(std::move(l)), _cfg(std::move(cfg)) {
+    if (_cfg.num_pes == 0 || _cfg.rank >= _cfg.num_pes || _cfg.peers.size() != _cfg.num_pes)
+        throw std::invalid_argument("coverse mesh: rank " + std::to_string(_cfg.rank) + " of " +
+                                    std::to_string(_cfg.num_pes) + " PEs with " +
+                                    std::to_string(_cfg.peers.size()) +
+                                    " peer addresses: need rank < num_pes and one address per PE");
+    _limits.max_payload = _cfg.max_payload;
+    _limits.num_pes = _cfg.num_pes;
+    _conns.resize(_cfg.num_pes);
+}
+
+mesh::~mesh() = default;
+
+std::string mesh::peer_name(std::uint32_t pe) const {
+    if (pe < _conns.size() && _conns[pe]) return _conns[pe]->name;
+    if (pe < _cfg.peers.size())
+        return "PE " + std::to_string(pe) + " (" + _cfg.peers[pe].to_string() + ")";
+    return "PE " + std::to_string(pe);
+}
+
+connection_state mesh::state(std::uint32_t pe) const {
+    if (pe >= _conns.size() || !_conns[pe]) return connection_state::connecting;
+    return _conns[pe]->st;
+}
+
+// ---- hello ---------------------------------------------------------------------------
+
+frame_header mesh::hello_header() const {
+    frame_header h;
+    h.type = frame_type::hello;
+    h.source_pe = _cfg.rank;
+    h.payload_length = hello_payload::wire_size;
+    return h;
+}
+
+std::array<std::byte, hello_payload::wire_size> mesh::hello_bytes() const {
+    hello_payload p;
+    p.job_key = _cfg.job_key;
+    p.rank = _cfg.rank;
+    p.num_pes = _cfg.num_pes;
+    p.protocol_version = _cfg.protocol_version;
+    return encode(p);
+}
+
+std::optional<std::string> mesh::check_hello(const frame& f, std::uint32_t expected_pe) const {
+    const auto& h = f.header;
+    if (h.type == frame_type::abort) {
+        auto a = decode_abort(f.payload_bytes(), _limits);
+        return "it refused our hello: " +
+               (a.ok() ? std::string(a.value.text) : std::string("(unreadable reason)"));
+    }
+    if (h.type != frame_type::hello)
+        return "it sent a frame of type " + std::to_string(static_cast<int>(h.type)) +
+               " before its hello; is it a coverse PE of this version?";
+    auto d = decode_hello(f.payload_bytes(), _limits);
+    if (!d.ok()) return describe(d.error, "the peer");
+    const hello_payload& p = d.value;
+    if (p.job_key != _cfg.job_key)
+        return "it belongs to another job: job key " + hex(p.job_key) + ", ours is " +
+               hex(_cfg.job_key) +
+               "; another coverse job may be using this port — give each job its own key "
+               "and ports";
+    if (p.protocol_version != _cfg.protocol_version)
+        return "it speaks coverse protocol version " + std::to_string(p.protocol_version) +
+               ", this PE speaks " + std::to_string(_cfg.protocol_version) +
+               "; run the same coverse build on every PE";
+    if (p.num_pes != _cfg.num_pes)
+        return "it was started with " + std::to_string(p.num_pes) + " PEs, this PE with " +
+               std::to_string(_cfg.num_pes) + "; start every PE of a job with the same count";
+    if (p.rank != h.source_pe)
+        return "its hello names PE " + std::to_string(p.rank) + " but its frame comes from PE " +
+               std::to_string(h.source_pe);
+    if (expected_pe != any_pe && p.rank != expected_pe)
+        return "it answered as PE " + std::to_string(p.rank) + ", expected PE " +
+               std::to_string(expected_pe) + "; check the node table";
+    if (expected_pe == any_pe && (p.rank <= _cfg.rank || _conns[p.rank]))
+        return "PE " + std::to_string(p.rank) +
+               (p.rank <= _cfg.rank ? " must not dial PE " + std::to_string(_cfg.rank) +
+                                          " (lower ranks accept, higher ranks dial)"
+                                    : " is connected already");
+    return std::nullopt;
+}
+
+task<io_result<frame>> mesh::read_hello(stream& s, frame_reader& reader,
+                                        std::vector<frame>& early) {
+    std::vector<std::byte> buf(4096);
+    for (;;) {
+        const int n = co_await s.recv_some(buf);
+        if (n == 0) co_return io_result<frame>{{}, -ENODATA};
+        if (n < 0) co_return io_result<frame>{{}, n};
+        std::optional<frame> first;
+        reader.feed_all(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)),
+                        [&](frame&& f) {
+                            if (!first)
+                                first.emplace(std::move(f));
+                            else
+                                early.push_back(std::move(f));
+                        });
+        if (first) co_return io_result<frame>{std::move(*first), 0};
+        if (reader.failed()) co_return io_result<frame>{{}, -EPROTO};
+    }
+}
+
+task<void> mesh::refuse(stream& s, const std::string& why) {
+    abort_payload a;
+    a.exit_code = 1;
+    a.origin_pe = _cfg.rank;
+    a.text = why;
+    const std::vector<std::byte> payload = encode(a);
+    frame_header h;
+    h.type = frame_type::abort;
+    h.source_pe = _cfg.rank;
+    h.payload_length = static_cast<std::uint32_t>(payload.size());
+    const auto head = encode_header(h);
+    const std::span<const std::byte> parts[] = {head, payload};
+    (void)co_await s.send_all(parts);
+}
+
+// ---- establish -------------------------------------------------------------------------
+
+task<void> mesh::establish() {
+    const auto limit = _cfg.connect_timeout;
+    const bool finished = co_await with_timeout(establish_all(), limit);
+    if (!finished) {
+        std::string missing;
+        for (std::uint32_t pe = 0; pe < _cfg.num_pes; ++pe) {
+            if (pe == _cfg.rank || _conns[pe]) continue;
+            if (!missing.empty()) missing += "; ";
+            missing += peer_name(pe) + (pe < _cfg.rank ? ": we could not connect to it"
+                                                       : ": it never connected to us");
+        }
+        throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) +
+                         ": connection set-up timed out after " + seconds(limit) +
+                         " (CONNECTION_TIMEOUT): " + missing +
+                         ". Is that PE running and reachable? Raise CONNECTION_TIMEOUT if "
+                         "PEs start slowly.");
+    }
+    for (auto& c : _conns) {
+        if (!c) continue;
+        _tasks.spawn(reader(c.get()), "mesh reader " + c->name);
+        _tasks.spawn(writer(c.get()), "mesh writer " + c->name);
+    }
+    if (_listener) co_await _listener->close();
+}
+
+task<void> mesh::establish_all() {
+    std::vector<task<void>> parts;
+    const std::size_t higher = _cfg.num_pes - 1 - _cfg.rank;
+    if (higher > 0) parts.push_back(accept_all(higher));
+    for (std::uint32_t pe = 0; pe < _cfg.rank; ++pe)
+        parts.push_back(dial(pe));
+    co_await when_all(std::move(parts));
+}
+
+task<void> mesh::accept_all(std::size_t expected) {
+    std::size_t have = 0;
+    while (have < expected) {
+        auto r = co_await _listener->accept();
+        if (r.error == -ECANCELED) co_return;  // the set-up deadline passed
+        if (!r)
+            throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) + ": accept on " +
+                             _listener->local().to_string() + " failed: " + errno_text(r.error) +
+                             (r.error == -EMFILE || r.error == -ENFILE
+                                  ? " (raise the open-files limit: ulimit -n)"
+                                  : ""));
+        stream& s = *r.value;
+        frame_reader reader(_limits);
+        std::vector<frame> early;
+        auto hello = co_await read_hello(s, reader, early);
+        std::optional<std::string> problem;
+        if (hello.error == -ECANCELED) {
+            co_await s.close();
+            co_return;
+        }
+        if (hello.error == -EPROTO)
+            problem = describe(reader.error(), s.peer_name());
+        else if (hello.error != 0)
+            problem =
+                "the connection ended before its hello (" +
+                (hello.error == -ENODATA ? std::string("end of stream") : errno_text(hello.error)) +
+                ")";
+        else
+            problem = check_hello(hello.value, any_pe);
+        if (problem) {
+            std::fprintf(stderr, "coverse: PE %u: refused a connection from %s: %s\n", _cfg.rank,
+                         s.peer_name().c_str(), problem->c_str());
+            if (hello.error == 0) co_await refuse(s, *problem);
+            co_await s.close();
+            continue;
+        }
+        const auto head = encode_header(hello_header());
+        const auto body = hello_bytes();
+        const std::span<const std::byte> parts[] = {head, body};
+        const int sent = co_await s.send_all(parts);
+        const std::uint32_t pe = hello.value.header.source_pe;
+        if (sent < 0) {
+            std::fprintf(stderr, "coverse: PE %u: answering the hello of PE %u failed: %s\n",
+                         _cfg.rank, pe, errno_text(sent).c_str());
+            co_await s.close();
+            continue;
+        }
+        attach(pe, std::move(r.value), std::move(reader), std::move(early));
+        ++have;
+    }
+}
+
+task<void> mesh::dial(std::uint32_t pe) {
+    const endpoint& to = _cfg.peers[pe];
+    const std::string who = "PE " + std::to_string(pe) + " (" + to.to_string() + ")";
+    auto delay = _cfg.retry_initial;
+    std::unique_ptr<stream> s;
+    for (;;) {
+        auto r = co_await _backend.connect(to);
+        if (r) {
+            s = std::move(r.value);
+            break;
+        }
+        if (r.error == -ECANCELED) co_return;
+        // Nobody listens yet (the PE is starting) or the network blinked: retry with
+        // backoff until the set-up deadline cancels us.
+        co_await sleep_for(delay);
+        delay = std::min(delay * 2, _cfg.retry_max);
+    }
+    const auto head = encode_header(hello_header());
+    const auto body = hello_bytes();
+    const std::span<const std::byte> parts[] = {head, body};
+    const int sent = co_await s->send_all(parts);
+    if (sent == -ECANCELED) co_return;
+    if (sent < 0)
+        throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) + ": sending our hello to " +
+                         who + " failed: " + errno_text(sent));
+    frame_reader reader(_limits);
+    std::vector<frame> early;
+    auto hello = co_await read_hello(*s, reader, early);
+    if (hello.error == -ECANCELED) {
+        co_await s->close();
+        co_return;
+    }
+    std::optional<std::string> problem;
+    if (hello.error == -EPROTO)
+        problem = describe(reader.error(), who);
+    else if (hello.error != 0)
+        problem =
+            "it closed the connection before answering our hello (" +
+            (hello.error == -ENODATA ? std::string("end of stream") : errno_text(hello.error)) +
+            "); see that PE's error output";
+    else
+        problem = check_hello(hello.value, pe);
+    if (problem) {
+        co_await s->close();
+        throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) + ": connecting to " + who +
+                         ": " + *problem);
+    }
+    attach(pe, std::move(s), std::move(reader), std::move(early));
+}
+
+void mesh::attach(std::uint32_t pe, std::unique_ptr<stream> s, frame_reader reader,
+                  std::vector<frame> early) {
+    std::string name = "PE " + std::to_string(pe) + " (" + s->peer_name() + ")";
+    _conns[pe] = std::make_unique<connection>(pe, std::move(name), std::move(s), std::move(reader));
+    _conns[pe]->early = std::move(early);
+}
+
+// ---- data path ---------------------------------------------------------------------------
+
+task<int> mesh::send(std::uint32_t pe, frame_header header, std::span<const std::byte> payload) {
+    if (pe >= _conns.size() || pe == _cfg.rank) co_return -EINVAL;
+    connection* c = _conns[pe].get();
+    if (!c || c->st != connection_state::connected) co_return -ENOTCONN;
+    if (payload.size() > _cfg.max_payload) co_return -EMSGSIZE;
+    header.source_pe = _cfg.rank;
+    header.payload_length = static_cast<std::uint32_t>(payload.size());
+    outgoing item;
+    encode_header(header, item.header);
+    item.payload = payload;
+    c->queue.push_back(&item);
+    c->wake.set();
+    // Not cancellable: the writer holds a pointer to `item` until it completes it.
+    co_await item.done.wait();
+    co_return item.result;
+}
+
+task<void> mesh::writer(connection* c) {
+    std::vector<outgoing*> batch;
+    std::vector<std::span<const std::byte>> parts;
+    for (;;) {
+        while (c->queue.empty()) {
+            if (c->writer_closing || c->failed) co_return;
+            c->wake.reset();
+            co_await c->wake.wait();
+        }
+        // Gather what is queued into one send: fewer system calls under load, and each
+        // frame's header and payload stay adjacent, so frames never interleave.
+        batch.clear();
+        parts.clear();
+        std::size_t bytes = 0;
+        while (!c->queue.empty() && batch.size() < batch_frames &&
+               (batch.empty() || bytes < batch_bytes)) {
+            outgoing* o = c->queue.front();
+            c->queue.pop_front();
+            batch.push_back(o);
+            parts.emplace_back(o->header);
+            if (!o->payload.empty()) parts.push_back(o->payload);
+            bytes += header_size + o->payload.size();
+        }
+        const int r = co_await c->s->send_all(parts);
+        for (outgoing* o : batch) {
+            o->result = r < 0 ? r : 0;
+            o->done.set();
+        }
+        if (r < 0) {
+            if (!(r == -ECANCELED && c->writer_closing))
+                fail(c, "sending to " + c->name + " failed: " + errno_text(r) +
+                            (r == -EPIPE || r == -ECONNRESET ? " (the PE probably died)" : ""));
+            co_return;
+        }
+    }
+}
+
+task<void> mesh::reader(connection* c) {
+    for (frame& f : c->early)
+        deliver(c, std::move(f));
+    c->early.clear();
+    std::vector<std::byte> buf(read_chunk);
+    while (!c->failed) {
+        std::span<std::byte> window = c->reader.payload_window();
+        const bool direct = window.size() >= direct_receive_min;
+        const int n = co_await c->s->recv_some(direct ? window : std::span<std::byte>(buf));
+        if (n > 0) {
+            if (direct) {
+                c->reader.commit_payload(static_cast<std::size_t>(n));
+                if (c->reader.has_frame()) deliver(c, c->reader.take_frame());
+            } else {
+                c->reader.feed_all(
+                    std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)),
+                    [&](frame&& f) { deliver(c, std::move(f)); });
+            }
+            if (c->reader.failed()) fail(c, describe(c->reader.error(), c->name));
+            continue;
+        }
+        if (n == 0) {
+            if (!c->bye.is_set())
+                fail(c, c->reader.at_frame_boundary()
+                            ? c->name +
+                                  " closed the connection outside the disconnect handshake: "
+                                  "the PE died or exited without ConverseExit"
+                            : c->name +
+                                  " closed the connection in the middle of a frame: the "
+                                  "PE probably died");
+            break;
+        }
+        if (n == -ECANCELED) break;  // we are closing
+        fail(c, "receiving from " + c->name + " failed: " + errno_text(n) +
+                    (n == -ECONNRESET ? " (the PE probably died)" : ""));
+        break;
+    }
+    c->reader_done.set();
+}
+
+void mesh::deliver(connection* c, frame f) {
+    if (f.header.source_pe != c->pe) {
+        fail(c, "frame from " + c->name + " claims to come from PE " +
+                    std::to_string(f.header.source_pe) + "; closing the connection");
+        return;
+    }
+    if (f.header.type == frame_type::disconnect) {
+        c->bye.set();
+        return;
+    }
+    _inbox.push_back(received{c->pe, std::move(f)});
+    wake_receiver();
+}
+
+void mesh::fail(connection* c, const std::string& why) {
+    if (c->failed) return;
+    c->failed = true;
+    c->st = connection_state::error;
+    while (!c->queue.empty()) {
+        outgoing* o = c->queue.front();
+        c->queue.pop_front();
+        o->result = -EPIPE;
+        o->done.set();
+    }
+    c->wake.set();
+    c->bye.set();  // nobody waits for a bye from a dead peer
+    if (_failure.empty()) _failure = why;
+    if (_on_failure)
+        _on_failure(c->pe, why);
+    else
+        std::fprintf(stderr, "coverse: PE %u: %s\n", _cfg.rank, why.c_str());
+    wake_receiver();
+}
+
+void mesh::wake_receiver() noexcept {
+    if (_receiver) scheduler::this_thread().schedule(std::exchange(_receiver, {}));
+}
+
+std::optional<received> mesh::try_receive() {
+    if (_inbox.empty()) return std::nullopt;
+    received r = std::move(_inbox.front());
+    _inbox.pop_front();
+    return r;
+}
+
+task<std::optional<received>> mesh::receive() {
+    struct awaiter {
+        mesh* m;
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<> h) noexcept { m->_receiver = h; }
+        void await_resume() const noexcept {}
+    };
+    for (;;) {
+        if (auto r = try_receive()) co_return r;
+        if (!_failure.empty()) throw mesh_error(_failure);
+        bool any_open = false;
+        for (auto& c : _conns)
+            if (c &&
+                (c->st == connection_state::connected ||
+                 c->st == connection_state::disconnecting) &&
+                !c->reader_done.is_set())
+                any_open = true;
+        if (!any_open) co_return std::nullopt;
+        co_await awaiter{this};
+    }
+}
+
+// ---- shutdown ----------------------------------------------------------------------------
+
+task<void> mesh::disconnect(connection* c) {
+    c->st = connection_state::disconnecting;
+    const auto body = encode(disconnect_payload{});
+    frame_header h;
+    h.type = frame_type::disconnect;
+    h.source_pe = _cfg.rank;
+    h.payload_length = static_cast<std::uint32_t>(body.size());
+    outgoing item;
+    encode_header(h, item.header);
+    item.payload = body;
+    c->queue.push_back(&item);  // behind every frame queued before: nothing is overtaken
+    c->writer_closing = true;
+    c->wake.set();
+    co_await item.done.wait();
+    if (item.result < 0) co_return;  // fail() reported it
+    co_await c->bye.wait();          // everything the peer sent has been delivered
+    c->s->shutdown_send();
+    co_await c->reader_done.wait();  // the peer half-closed too
+    if (!c->failed) c->st = connection_state::disconnected;
+}
+
+task<void> mesh::shutdown() {
+    std::vector<task<void>> parts;
+    for (auto& c : _conns)
+        if (c && c->st == connection_state::connected) parts.push_back(disconnect(c.get()));
+    const bool finished =
+        co_await with_timeout(when_all(std::move(parts)), _cfg.connect_timeout) != std::nullopt;
+    _tasks.request_stop();
+    co_await _tasks.join();
+    std::string stuck;
+    for (auto& c : _conns) {
+        if (!c) continue;
+        if (c->st == connection_state::disconnecting) {
+            if (!stuck.empty()) stuck += ", ";
+            stuck += c->name;
+            c->st = connection_state::error;
+        }
+        co_await c->s->close();
+        c->reader_done.set();
+    }
+    if (_listener) co_await _listener->close();
+    wake_receiver();
+    if (!finished)
+        throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) +
+                         ": the disconnect handshake did not finish within " +
+                         seconds(_cfg.connect_timeout) + " with " + stuck +
+                         "; frames it still had in flight may be lost");
+}
+
+}  // namespace coverse::net

@@ -1,0 +1,445 @@
+// mesh: full-mesh set-up, ordered delivery of mixed sizes (in-process PEs on threads and
+// across two processes), the hello checks, bad peers, dead peers and the disconnect
+// handshake — for every backend this machine has.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <latch>
+#include <mutex>
+#include <thread>
+
+#include <coverse/net/mesh.hpp>
+#include <coverse/runtime/runtime.hpp>
+
+namespace coverse::net::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+scheduler_options options_for(backend_kind kind) {
+    scheduler_options o;
+    o.spin = std::chrono::microseconds(50);
+    o.use_io_uring = kind != backend_kind::asio;
+    return o;
+}
+
+std::string kind_name(backend_kind k) {
+    return k == backend_kind::asio ? "asio" : "io_uring";
+}
+
+// The payload of message `seq` from `from`: a size from a fixed mix and bytes that encode
+// (from, seq, offset), so loss, reordering and corruption all show.
+std::size_t size_of(std::uint32_t seq, std::size_t big) {
+    if (big && seq % 50'000 == 25'000) return big;  // a few maximal messages
+    switch (seq % 10) {
+        case 0:
+            return 0;
+        case 1:
+            return 1;
+        case 2:
+            return 24;
+        case 3:
+            return 2048;
+        case 4:
+            return 2049;
+        case 5:
+            return 16384;
+        case 6:
+            return 16385;
+        case 7:
+            return 100'000 + seq % 7;
+        default:
+            return seq % 300;
+    }
+}
+void fill(std::vector<std::byte>& v, std::uint32_t from, std::uint32_t seq) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = static_cast<std::byte>((from * 131 + seq * 7 + i) & 0xff);
+}
+bool check(std::span<const std::byte> v, std::uint32_t from, std::uint32_t seq) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+        if (v[i] != static_cast<std::byte>((from * 131 + seq * 7 + i) & 0xff)) return false;
+    return true;
+}
+
+struct pe_setup {
+    std::unique_ptr<backend> b;
+    std::unique_ptr<listener> l;
+};
+
+pe_setup make_pe(scheduler& s, backend_kind kind, std::string* why) {
+    pe_setup p;
+    p.b = make_backend(s, kind, why);
+    if (!p.b) return p;
+    auto l = p.b->listen(endpoint{"127.0.0.1", 0});
+    if (l) p.l = std::move(l.value);
+    return p;
+}
+
+/// Runs `n` PEs on threads, each with its own scheduler and mesh.
+/// body(rank, mesh) -> task<void>; failures are collected per PE.
+struct job_result {
+    std::vector<std::string> errors;
+    bool skipped = false;
+    std::string skip_reason;
+};
+job_result run_job(std::uint32_t n, backend_kind kind,
+                   std::function<task<void>(std::uint32_t, mesh&)> body,
+                   std::function<void(mesh_config&)> tweak = {}) {
+    job_result out;
+    out.errors.resize(n);
+    std::vector<endpoint> ports(n);
+    std::latch listening(n);
+    std::mutex mu;
+    std::vector<std::thread> threads;
+    for (std::uint32_t r = 0; r < n; ++r) {
+        threads.emplace_back([&, r] {
+            scheduler s(options_for(kind));
+            std::string why;
+            auto pe = make_pe(s, kind, &why);
+            if (!pe.b || !pe.l) {
+                std::lock_guard lock(mu);
+                out.skipped = true;
+                out.skip_reason = why.empty() ? "listen failed" : why;
+                ports[r] = endpoint{"127.0.0.1", 1};
+                listening.count_down();
+                return;
+            }
+            ports[r] = pe.l->local();
+            listening.count_down();
+            listening.wait();
+            if (out.skipped) return;
+            mesh_config cfg;
+            cfg.rank = r;
+            cfg.num_pes = n;
+            cfg.job_key = 0xC0FFEE;
+            cfg.peers = ports;
+            cfg.connect_timeout = 20s;
+            if (tweak) tweak(cfg);
+            mesh m(*pe.b, std::move(pe.l), cfg);
+            try {
+                sync_wait([](mesh* mp, std::uint32_t rank,
+                             std::function<task<void>(std::uint32_t, mesh&)>* f) -> task<void> {
+                    co_await mp->establish();
+                    co_await (*f)(rank, *mp);
+                    co_await mp->shutdown();
+                }(&m, r, &body));
+            } catch (const std::exception& e) {
+                out.errors[r] = e.what();
+                // Leave the mesh in a destroyable state whatever happened.
+                try {
+                    sync_wait(m.shutdown());
+                } catch (const std::exception&) {
+                }
+            }
+        });
+    }
+    for (auto& t : threads)
+        t.join();
+    return out;
+}
+
+class mesh_test : public ::testing::TestWithParam<backend_kind> {};
+
+// Every PE sends `count` messages to every other PE; every PE checks what it receives.
+task<void> all_to_all(std::uint32_t rank, mesh& m, std::uint32_t count, std::size_t big,
+                      std::atomic<std::uint64_t>* received_total) {
+    const std::uint32_t n = m.config().num_pes;
+    auto sender = [](mesh* mp, std::uint32_t me, std::uint32_t to, std::uint32_t cnt,
+                     std::size_t bg) -> task<void> {
+        std::vector<std::byte> buf;
+        for (std::uint32_t seq = 0; seq < cnt; ++seq) {
+            buf.resize(size_of(seq, bg));
+            fill(buf, me, seq);
+            frame_header h;
+            h.type = frame_type::standard;
+            const int r = co_await mp->send(to, h, buf);
+            if (r != 0) throw std::runtime_error("send failed: " + std::string(strerror(-r)));
+        }
+    };
+    task_scope senders("senders");
+    for (std::uint32_t to = 0; to < n; ++to)
+        if (to != rank) senders.spawn(sender(&m, rank, to, count, big), "sender");
+    std::vector<std::uint32_t> next(n, 0);
+    std::uint64_t expected = static_cast<std::uint64_t>(count) * (n - 1), got = 0;
+    std::string problem;
+    while (got < expected) {
+        auto r = co_await m.receive();
+        if (!r) {
+            problem = "inbox closed early";
+            break;
+        }
+        const std::uint32_t from = r->from;
+        const std::uint32_t seq = next[from]++;
+        const auto bytes = r->frame.payload_bytes();
+        if (bytes.size() != size_of(seq, big) || !check(bytes, from, seq)) {
+            problem = "message " + std::to_string(seq) + " from PE " + std::to_string(from) +
+                      " has size " + std::to_string(bytes.size()) + " or content wrong";
+            break;
+        }
+        ++got;
+    }
+    co_await senders.join();
+    received_total->fetch_add(got);
+    if (!problem.empty()) throw std::runtime_error(problem);
+}
+
+TEST_P(mesh_test, four_pes_all_to_all_in_order) {
+    std::atomic<std::uint64_t> total{0};
+    auto res = run_job(4, GetParam(),
+                       [&](std::uint32_t r, mesh& m) { return all_to_all(r, m, 2000, 0, &total); });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    for (std::uint32_t r = 0; r < 4; ++r)
+        EXPECT_EQ(res.errors[r], "") << "PE " << r;
+    EXPECT_EQ(total.load(), 4u * 3u * 2000u);
+}
+
+TEST_P(mesh_test, hundred_thousand_mixed_messages_up_to_64_mib_in_order) {
+    std::atomic<std::uint64_t> total{0};
+    auto res = run_job(2, GetParam(), [&](std::uint32_t r, mesh& m) {
+        return all_to_all(r, m, 100'000, default_max_payload, &total);
+    });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    EXPECT_EQ(res.errors[0], "");
+    EXPECT_EQ(res.errors[1], "");
+    EXPECT_EQ(total.load(), 200'000u);
+}
+
+TEST_P(mesh_test, a_wrong_job_key_is_refused_naming_both_keys) {
+    auto res = run_job(
+        2, GetParam(), [](std::uint32_t, mesh&) -> task<void> { co_return; },
+        [](mesh_config& c) {
+            if (c.rank == 1) c.job_key = 0xBAD;
+            c.connect_timeout = 3s;
+        });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    EXPECT_NE(res.errors[1].find("another job"), std::string::npos) << res.errors[1];
+    EXPECT_NE(res.errors[1].find("0x0000000000000bad"), std::string::npos) << res.errors[1];
+    EXPECT_NE(res.errors[0].find("it never connected"), std::string::npos) << res.errors[0];
+}
+
+TEST_P(mesh_test, a_wrong_protocol_version_is_refused) {
+    auto res = run_job(
+        2, GetParam(), [](std::uint32_t, mesh&) -> task<void> { co_return; },
+        [](mesh_config& c) {
+            if (c.rank == 1) c.protocol_version = protocol_revision + 1;
+            c.connect_timeout = 3s;
+        });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    EXPECT_NE(res.errors[1].find("protocol version"), std::string::npos) << res.errors[1];
+}
+
+TEST_P(mesh_test, nobody_listening_times_out_naming_the_peer_and_address) {
+    scheduler s(options_for(GetParam()));
+    std::string why;
+    auto pe = make_pe(s, GetParam(), &why);
+    if (!pe.b) GTEST_SKIP() << why;
+    // A port that was just free: listen, note it, close it.
+    auto probe = pe.b->listen(endpoint{"127.0.0.1", 0});
+    ASSERT_TRUE(probe);
+    const endpoint dead = probe.value->local();
+    sync_wait(probe.value->close());
+    mesh_config cfg;
+    cfg.rank = 1;
+    cfg.num_pes = 2;
+    cfg.peers = {dead, pe.l->local()};
+    cfg.connect_timeout = 300ms;
+    mesh m(*pe.b, std::move(pe.l), cfg);
+    try {
+        sync_wait(m.establish());
+        ADD_FAILURE() << "establish must fail";
+    } catch (const mesh_error& e) {
+        const std::string w = e.what();
+        EXPECT_NE(w.find("timed out"), std::string::npos) << w;
+        EXPECT_NE(w.find("PE 0 (" + dead.to_string() + ")"), std::string::npos) << w;
+        EXPECT_NE(w.find("CONNECTION_TIMEOUT"), std::string::npos) << w;
+    }
+    sync_wait(m.shutdown());
+}
+
+// A hand-made peer: dials PE 0, sends a valid hello, then whatever the test wants.
+task<void> fake_peer(backend* b, endpoint to, std::vector<std::byte> after_hello, bool close_after,
+                     std::string* error) {
+    auto r = co_await b->connect(to);
+    if (!r) {
+        *error = "connect failed";
+        co_return;
+    }
+    hello_payload hp;
+    hp.job_key = 0xC0FFEE;
+    hp.rank = 1;
+    hp.num_pes = 2;
+    frame_header h;
+    h.type = frame_type::hello;
+    h.source_pe = 1;
+    h.payload_length = hello_payload::wire_size;
+    auto head = encode_header(h);
+    auto body = encode(hp);
+    const std::span<const std::byte> parts[] = {head, body};
+    co_await r.value->send_all(parts);
+    std::array<std::byte, 64> answer{};
+    co_await r.value->recv_some(answer);  // PE 0's hello
+    const std::span<const std::byte> rest[] = {after_hello};
+    co_await r.value->send_all(rest);
+    if (close_after) co_await r.value->close();
+}
+
+std::string receive_error_with_fake_peer(backend_kind kind, std::vector<std::byte> bytes,
+                                         bool* skipped, std::string* reason) {
+    scheduler s(options_for(kind));
+    auto pe = make_pe(s, kind, reason);
+    if (!pe.b) {
+        *skipped = true;
+        return {};
+    }
+    mesh_config cfg;
+    cfg.rank = 0;
+    cfg.num_pes = 2;
+    cfg.job_key = 0xC0FFEE;
+    cfg.peers = {pe.l->local(), endpoint{"127.0.0.1", 1}};
+    cfg.connect_timeout = 5s;
+    backend* b = pe.b.get();
+    const endpoint at = pe.l->local();
+    mesh m(*b, std::move(pe.l), cfg);
+    std::string error, fake_error;
+    m.on_peer_failure([&](std::uint32_t, const std::string& why) { error = why; });
+    sync_wait([](mesh* mp, backend* bp, endpoint to, std::vector<std::byte> after,
+                 std::string* ferr) -> task<void> {
+        task_scope peer("fake peer");
+        peer.spawn(fake_peer(bp, to, std::move(after), true, ferr), "fake peer");
+        co_await mp->establish();
+        auto r = co_await with_timeout(
+            [](mesh* m2) -> task<void> {
+                while (co_await m2->receive()) {
+                }
+            }(mp),
+            5s);
+        (void)r;
+        co_await peer.join();
+    }(&m, b, at, std::move(bytes), &fake_error));
+    sync_wait(m.shutdown());
+    return error;
+}
+
+TEST_P(mesh_test, garbage_after_the_hello_closes_that_connection_with_a_clear_error) {
+    bool skipped = false;
+    std::string reason;
+    std::vector<std::byte> garbage(64, std::byte{0x5a});
+    auto err = receive_error_with_fake_peer(GetParam(), garbage, &skipped, &reason);
+    if (skipped) GTEST_SKIP() << reason;
+    EXPECT_NE(err.find("PE 1"), std::string::npos) << err;
+    EXPECT_NE(err.find("magic"), std::string::npos) << err;
+}
+
+TEST_P(mesh_test, a_peer_closing_mid_frame_is_reported) {
+    bool skipped = false;
+    std::string reason;
+    frame_header h;
+    h.type = frame_type::standard;
+    h.source_pe = 1;
+    h.payload_length = 1000;
+    auto head = encode_header(h);
+    std::vector<std::byte> partial(head.begin(), head.end());
+    partial.resize(partial.size() + 10, std::byte{1});
+    auto err = receive_error_with_fake_peer(GetParam(), partial, &skipped, &reason);
+    if (skipped) GTEST_SKIP() << reason;
+    EXPECT_NE(err.find("middle of a frame"), std::string::npos) << err;
+}
+
+TEST_P(mesh_test, a_peer_that_dies_between_frames_is_reported_naming_it) {
+    bool skipped = false;
+    std::string reason;
+    auto err = receive_error_with_fake_peer(GetParam(), {}, &skipped, &reason);
+    if (skipped) GTEST_SKIP() << reason;
+    EXPECT_NE(err.find("PE 1"), std::string::npos) << err;
+    EXPECT_NE(err.find("outside the disconnect handshake"), std::string::npos) << err;
+}
+
+TEST_P(mesh_test, two_processes_exchange_mixed_messages_and_shut_down_cleanly) {
+    const backend_kind kind = GetParam();
+    int port_pipe[2];
+    ASSERT_EQ(::pipe(port_pipe), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        // PE 1: dials PE 0, sends 20,000 messages, receives 20,000, shuts down.
+        ::close(port_pipe[1]);
+        std::uint16_t port = 0;
+        if (::read(port_pipe[0], &port, sizeof port) != sizeof port) ::_exit(3);
+        int code = 0;
+        {
+            scheduler s(options_for(kind));
+            std::string why;
+            auto pe = make_pe(s, kind, &why);
+            if (!pe.b) ::_exit(4);
+            mesh_config cfg;
+            cfg.rank = 1;
+            cfg.num_pes = 2;
+            cfg.job_key = 7;
+            cfg.peers = {endpoint{"127.0.0.1", port}, pe.l->local()};
+            cfg.connect_timeout = 20s;
+            mesh m(*pe.b, std::move(pe.l), cfg);
+            std::atomic<std::uint64_t> total{0};
+            try {
+                sync_wait([](mesh* mp, std::atomic<std::uint64_t>* t) -> task<void> {
+                    co_await mp->establish();
+                    co_await all_to_all(1, *mp, 20'000, 8 << 20, t);
+                    co_await mp->shutdown();
+                }(&m, &total));
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "child PE 1: %s\n", e.what());
+                code = 1;
+            }
+        }
+        ::_exit(code);
+    }
+    ::close(port_pipe[0]);
+    scheduler s(options_for(kind));
+    std::string why;
+    auto pe = make_pe(s, kind, &why);
+    std::uint16_t port = pe.l ? pe.l->local().port : 0;
+    [[maybe_unused]] auto w = ::write(port_pipe[1], &port, sizeof port);
+    ::close(port_pipe[1]);
+    if (!pe.b) {
+        ::kill(child, SIGKILL);
+        ::waitpid(child, nullptr, 0);
+        GTEST_SKIP() << why;
+    }
+    mesh_config cfg;
+    cfg.rank = 0;
+    cfg.num_pes = 2;
+    cfg.job_key = 7;
+    cfg.peers = {pe.l->local(), endpoint{"127.0.0.1", 1}};
+    cfg.connect_timeout = 20s;
+    mesh m(*pe.b, std::move(pe.l), cfg);
+    std::atomic<std::uint64_t> total{0};
+    std::string error;
+    try {
+        sync_wait([](mesh* mp, std::atomic<std::uint64_t>* t) -> task<void> {
+            co_await mp->establish();
+            co_await all_to_all(0, *mp, 20'000, 8 << 20, t);
+            co_await mp->shutdown();
+        }(&m, &total));
+    } catch (const std::exception& e) {
+        error = e.what();
+        ::kill(child, SIGKILL);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_EQ(error, "");
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+    EXPECT_EQ(total.load(), 20'000u);
+    EXPECT_EQ(m.state(1), connection_state::disconnected);
+}
+
+INSTANTIATE_TEST_SUITE_P(backends, mesh_test,
+                         ::testing::Values(backend_kind::io_uring, backend_kind::asio),
+                         [](const auto& info) { return kind_name(info.param); });
+
+}  // namespace
+}  // namespace coverse::net::test
