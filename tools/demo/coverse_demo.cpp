@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include <coverse/net/transport.hpp>
 #include <coverse/runtime/runtime.hpp>
 
 using namespace std::chrono_literals;
@@ -39,6 +40,17 @@ coverse::task<int> demo() {
     else
         std::printf("reactor      none: %s (blocking with poll(2))\n",
                     sched.io_unavailable_reason().c_str());
+
+    std::string why;
+    try {
+        if (auto net =
+                coverse::net::make_backend(sched, coverse::net::backend_kind_from_env(), &why))
+            std::printf("net          %s: %s\n", why.c_str(), net->describe().c_str());
+        else
+            std::printf("net          %s\n", why.c_str());
+    } catch (const std::exception& e) {
+        std::printf("net          %s\n", e.what());
+    }
 
     coverse::channel<int> ch(16);
     const auto t0 = coverse::clock::now();
