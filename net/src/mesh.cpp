@@ -5,9 +5,12 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 
+#include <coverse/alloc/config.hpp>
 #include <coverse/runtime/event.hpp>
 #include <coverse/runtime/scheduler.hpp>
 #include <coverse/runtime/timer.hpp>
@@ -39,6 +42,17 @@ std::string seconds(std::chrono::milliseconds d) {
     return b;
 }
 }  // namespace
+
+std::chrono::milliseconds connection_timeout_from_env() {
+    const auto v = alloc::env_setting("CONNECTION_TIMEOUT");
+    if (!v) return std::chrono::seconds(300);
+    char* end = nullptr;
+    const double secs = std::strtod(v->value.c_str(), &end);
+    if (end == v->value.c_str() || *end != '\0' || !(secs > 0))
+        throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
+                                    " is not a positive number of seconds");
+    return std::chrono::milliseconds(static_cast<long long>(secs * 1000));
+}
 
 const char* to_string(connection_state s) noexcept {
     switch (s) {

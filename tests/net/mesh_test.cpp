@@ -365,14 +365,15 @@ TEST_P(mesh_test, a_peer_that_dies_between_frames_is_reported_naming_it) {
     EXPECT_NE(err.find("outside the disconnect handshake"), std::string::npos) << err;
 }
 
-TEST_P(mesh_test, two_processes_exchange_mixed_messages_and_shut_down_cleanly) {
+TEST_P(mesh_test, two_processes_exchange_100k_mixed_messages_and_shut_down_cleanly) {
     const backend_kind kind = GetParam();
     int port_pipe[2];
     ASSERT_EQ(::pipe(port_pipe), 0);
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-        // PE 1: dials PE 0, sends 20,000 messages, receives 20,000, shuts down.
+        // PE 1: dials PE 0, sends 100,000 mixed messages (0 B to 64 MiB), receives as
+        // many, shuts down.
         ::close(port_pipe[1]);
         std::uint16_t port = 0;
         if (::read(port_pipe[0], &port, sizeof port) != sizeof port) ::_exit(3);
@@ -393,7 +394,7 @@ TEST_P(mesh_test, two_processes_exchange_mixed_messages_and_shut_down_cleanly) {
             try {
                 sync_wait([](mesh* mp, std::atomic<std::uint64_t>* t) -> task<void> {
                     co_await mp->establish();
-                    co_await all_to_all(1, *mp, 20'000, 8 << 20, t);
+                    co_await all_to_all(1, *mp, 100'000, default_max_payload, t);
                     co_await mp->shutdown();
                 }(&m, &total));
             } catch (const std::exception& e) {
@@ -427,7 +428,7 @@ TEST_P(mesh_test, two_processes_exchange_mixed_messages_and_shut_down_cleanly) {
     try {
         sync_wait([](mesh* mp, std::atomic<std::uint64_t>* t) -> task<void> {
             co_await mp->establish();
-            co_await all_to_all(0, *mp, 20'000, 8 << 20, t);
+            co_await all_to_all(0, *mp, 100'000, default_max_payload, t);
             co_await mp->shutdown();
         }(&m, &total));
     } catch (const std::exception& e) {
@@ -438,7 +439,7 @@ TEST_P(mesh_test, two_processes_exchange_mixed_messages_and_shut_down_cleanly) {
     ASSERT_EQ(::waitpid(child, &status, 0), child);
     EXPECT_EQ(error, "");
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-    EXPECT_EQ(total.load(), 20'000u);
+    EXPECT_EQ(total.load(), 100'000u);
     EXPECT_EQ(m.state(1), connection_state::disconnected);
 }
 
@@ -446,5 +447,29 @@ INSTANTIATE_TEST_SUITE_P(backends, mesh_test,
                          ::testing::Values(backend_kind::io_uring, backend_kind::asio),
                          [](const auto& info) { return kind_name(info.param); });
 
+}  // namespace
+}  // namespace coverse::net::test
+
+namespace coverse::net::test {
+namespace {
+TEST(mesh_config_test, connection_timeout_comes_from_the_environment) {
+    ::unsetenv("COVERSE_CONNECTION_TIMEOUT");
+    ::unsetenv("CMI_VMI_CONNECTION_TIMEOUT");
+    ::unsetenv("CONNECTION_TIMEOUT");
+    EXPECT_EQ(connection_timeout_from_env(), std::chrono::seconds(300));
+    ::setenv("CMI_VMI_CONNECTION_TIMEOUT", "12", 1);
+    EXPECT_EQ(connection_timeout_from_env(), std::chrono::seconds(12));
+    ::setenv("COVERSE_CONNECTION_TIMEOUT", "0.5", 1);  // the coverse spelling wins
+    EXPECT_EQ(connection_timeout_from_env(), std::chrono::milliseconds(500));
+    ::setenv("COVERSE_CONNECTION_TIMEOUT", "soon", 1);
+    try {
+        (void)connection_timeout_from_env();
+        ADD_FAILURE() << "a malformed timeout must be refused";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("COVERSE_CONNECTION_TIMEOUT=soon"), std::string::npos);
+    }
+    ::unsetenv("COVERSE_CONNECTION_TIMEOUT");
+    ::unsetenv("CMI_VMI_CONNECTION_TIMEOUT");
+}
 }  // namespace
 }  // namespace coverse::net::test

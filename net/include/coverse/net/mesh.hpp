@@ -40,6 +40,10 @@ public:
 enum class connection_state { connecting, connected, disconnecting, disconnected, error };
 const char* to_string(connection_state s) noexcept;
 
+/// The CONNECTION_TIMEOUT setting: 300 s unless the environment says otherwise. A value
+/// that is not a positive number of seconds is an error naming the variable.
+std::chrono::milliseconds connection_timeout_from_env();
+
 struct mesh_config {
     std::uint32_t rank = 0;
     std::uint32_t num_pes = 1;
@@ -47,7 +51,9 @@ struct mesh_config {
     /// peers[r] is where PE r listens; peers[rank] is ignored (we listen on our listener).
     std::vector<endpoint> peers;
     /// CONNECTION_TIMEOUT: set-up (and the disconnect handshake) give up after this long.
-    std::chrono::milliseconds connect_timeout{std::chrono::seconds(300)};
+    /// Default 300 s, or COVERSE_CONNECTION_TIMEOUT / CONNECTION_TIMEOUT /
+    /// CMI_VMI_CONNECTION_TIMEOUT (seconds) from the environment.
+    std::chrono::milliseconds connect_timeout = connection_timeout_from_env();
     std::chrono::milliseconds retry_initial{5};
     std::chrono::milliseconds retry_max{250};
     std::uint32_t max_payload = default_max_payload;  // COVERSE_MAX_MESSAGE
