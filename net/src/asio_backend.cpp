@@ -280,15 +280,35 @@ struct op_result {
     std::size_t bytes = 0;
 };
 
+/// Why streams try their reads and sends synchronously before handing them to Asio: Asio
+/// 1.22's epoll reactor counts a stream read or send that moves no bytes (end of stream, or
+/// an error) as "exhausted", and then defers the descriptor's next operation of that kind
+/// until the next edge-triggered event. Once the end of stream or the reset has been
+/// reported no event ever comes again, so a second recv_some after EOF, or a second
+/// send_all after EPIPE, would wait forever. A synchronous try that would block instead
+/// guarantees a fresh event (data, space, FIN, reset) for the Asio operation that follows.
+///
+/// The attempt for an operation that has nothing to try.
+struct no_attempt {
+    bool operator()(asio::error_code&, std::size_t&) const noexcept { return false; }
+};
+
 /// Awaits one Asio operation started by `Start` (a callable taking the completion handler).
+/// `Attempt` (ec, bytes) is tried first, after the stop check: if it returns true, the
+/// operation completed without Asio and the coroutine does not suspend.
 /// A stop request cancels this operation only — through its own cancellation slot, not
 /// socket.cancel(), which would also abort the other direction's operation — and the
 /// coroutine resumes only after the handler has run (with operation_aborted, unless the
 /// operation had completed first). Not movable: Asio holds a pointer into it.
-template <class Start>
+template <class Start, class Attempt = no_attempt>
 class asio_op {
 public:
     asio_op(asio_core& core, op_owner* owner, Start start) : _start(std::move(start)) {
+        _op.core = &core;
+        _op.owner = owner;
+    }
+    asio_op(asio_core& core, op_owner* owner, Attempt attempt, Start start)
+        : _start(std::move(start)), _attempt(std::move(attempt)) {
         _op.core = &core;
         _op.owner = owner;
     }
@@ -314,6 +334,7 @@ public:
             _op.ec = asio::error::operation_aborted;
             return false;
         }
+        if (_attempt(_op.ec, _op.bytes)) return false;
         _op.handle = h;
         // Asio never runs a handler inside the initiating call, so the flags set after it
         // are in place before finish() can run.
@@ -350,10 +371,16 @@ private:
     };
 
     Start _start;
+    [[no_unique_address]] Attempt _attempt;
     op_state _op;
     asio::cancellation_signal _signal;
     std::optional<std::stop_callback<canceller>> _on_stop;
 };
+
+template <class Start>
+asio_op(asio_core&, op_owner*, Start) -> asio_op<Start>;
+template <class Attempt, class Start>
+asio_op(asio_core&, op_owner*, Attempt, Start) -> asio_op<Start, Attempt>;
 
 // ---- streams ------------------------------------------------------------------------
 
@@ -372,19 +399,34 @@ public:
         asio::const_buffer* out = base;
         for (const auto& p : parts)
             if (!p.empty()) *out++ = asio::const_buffer(p.data(), p.size());
-        _buffers = std::span<const asio::const_buffer>(base, n);
+        _first = base;
+        _count = n;
     }
     gather(const gather&) = delete;
     gather& operator=(const gather&) = delete;
 
-    bool empty() const noexcept { return _buffers.empty(); }
+    bool empty() const noexcept { return _count == 0; }
     /// A view: Asio copies the sequence object, so a span (not the vector) is what it copies.
-    std::span<const asio::const_buffer> buffers() const noexcept { return _buffers; }
+    std::span<const asio::const_buffer> buffers() const noexcept { return {_first, _count}; }
+
+    /// Drops the first `n` bytes (those a send has already taken).
+    void consume(std::size_t n) noexcept {
+        while (n > 0 && _count > 0) {
+            const std::size_t k = std::min(n, _first->size());
+            *_first += k;
+            n -= k;
+            if (_first->size() == 0) {
+                ++_first;
+                --_count;
+            }
+        }
+    }
 
 private:
     std::array<asio::const_buffer, 8> _inline;
     std::vector<asio::const_buffer> _heap;
-    std::span<const asio::const_buffer> _buffers;
+    asio::const_buffer* _first = nullptr;
+    std::size_t _count = 0;
 };
 
 std::string name_of(const tcp::endpoint& ep) {
@@ -414,8 +456,18 @@ public:
         if (_closing) co_return -EBADF;
         gather g(parts);
         if (g.empty()) co_return 0;
+        // Send at once; whatever the socket did not take goes to Asio (see no_attempt).
+        auto attempt = [&](asio::error_code& ec, std::size_t&) {
+            const std::size_t sent = _socket.send(g.buffers(), 0, ec);  // non-blocking
+            if (ec == asio::error::would_block || ec == asio::error::try_again)
+                ec.clear();
+            else if (ec)
+                return true;
+            g.consume(sent);
+            return g.empty();
+        };
         // async_write continues after partial sends until every byte is out, in order.
-        const op_result r = co_await asio_op(*_core, this, [&](auto handler) {
+        const op_result r = co_await asio_op(*_core, this, attempt, [&](auto handler) {
             asio::async_write(_socket, g.buffers(), std::move(handler));
         });
         co_return to_errno(r.ec);
@@ -425,7 +477,12 @@ public:
         if (_closing) co_return -EBADF;
         if (buf.empty()) co_return 0;  // as recv(2) with length 0
         const std::size_t n = std::min<std::size_t>(buf.size(), INT_MAX);
-        const op_result r = co_await asio_op(*_core, this, [&](auto handler) {
+        // Read at once; only a read that would block goes to Asio (see no_attempt).
+        auto attempt = [&](asio::error_code& ec, std::size_t& bytes) {
+            bytes = _socket.receive(asio::buffer(buf.data(), n), 0, ec);  // non-blocking
+            return ec != asio::error::would_block && ec != asio::error::try_again;
+        };
+        const op_result r = co_await asio_op(*_core, this, attempt, [&](auto handler) {
             _socket.async_read_some(asio::buffer(buf.data(), n), std::move(handler));
         });
         if (r.ec == asio::error::eof) co_return 0;
@@ -461,10 +518,13 @@ private:
     bool _closing = false;
 };
 
-/// A stream around a connected socket: TCP_NODELAY, as every coverse connection.
+/// A stream around a connected socket: TCP_NODELAY, as every coverse connection, and in
+/// non-blocking mode for the synchronous first tries of recv_some and send_all.
 stream_result make_stream(std::shared_ptr<asio_core> core, tcp::socket socket, std::string peer) {
     asio::error_code ec;
     socket.set_option(tcp::no_delay(true), ec);
+    // The synchronous first tries of recv_some and send_all report would_block, not wait.
+    if (!ec) socket.non_blocking(true, ec);
     if (ec) return {nullptr, to_errno(ec)};
     return {std::make_unique<asio_stream>(std::move(core), std::move(socket), std::move(peer)), 0};
 }

@@ -323,6 +323,78 @@ TEST_P(transport_test, recv_returns_zero_at_eof_after_shutdown_send) {
     run(eof_body(net.get()));
 }
 
+// Asio 1.22's epoll reactor counts a stream read or send that moves no bytes (end of
+// stream, or an error) as "exhausted" and defers the next one to an edge-triggered event
+// that, once the end or the reset has been reported, never comes: a second recv_some after
+// EOF hung. Every call here is bounded by a short limit, so a hang fails fast and by name.
+task<std::optional<int>> bounded_recv(stream* s, std::span<std::byte> buf) {
+    co_return co_await with_timeout(s->recv_some(buf), 5s);
+}
+
+task<std::optional<int>> bounded_send(stream* s, std::string text) {
+    co_return co_await with_timeout(send_text(s, std::move(text)), 5s);
+}
+
+// A call that hit the limit is stopped: it returns -ECANCELED, or nothing at all.
+bool prompt(const std::optional<int>& r) {
+    return r && *r != -ECANCELED;
+}
+
+std::string show(const std::optional<int>& r) {
+    return prompt(r) ? err(*r) : "no result within the limit";
+}
+
+task<void> eof_repeats_body(backend* net) {
+    auto p = co_await connected_pair(net);
+    std::byte b[16];
+    // The end of stream arrives while a read waits for it (the reactor completes it) ...
+    auto half_close = [](stream* s) -> task<void> {
+        co_await sleep_for(5ms);
+        s->shutdown_send();
+    };
+    auto [waited, none] =
+        co_await when_all(bounded_recv(p.second.get(), b), half_close(p.first.get()));
+    EXPECT_EQ(waited, std::optional<int>(0)) << show(waited);
+    for (int i = 0; i < 3; ++i) {
+        const std::optional<int> again = co_await bounded_recv(p.second.get(), b);
+        EXPECT_EQ(again, std::optional<int>(0)) << "read " << i + 2 << ": " << show(again);
+    }
+    // ... and is already there when the reads start (the first one completes at once).
+    p.second->shutdown_send();
+    co_await sleep_for(5ms);
+    for (int i = 0; i < 3; ++i) {
+        const std::optional<int> r = co_await bounded_recv(p.first.get(), b);
+        EXPECT_EQ(r, std::optional<int>(0)) << "read " << i + 1 << ": " << show(r);
+    }
+    co_await close_both(p);
+}
+
+TEST_P(transport_test, every_recv_after_eof_returns_zero_at_once) {
+    run(eof_repeats_body(net.get()));
+}
+
+task<void> reset_repeats_body(backend* net) {
+    auto p = co_await connected_pair(net);
+    require(co_await send_text(p.first.get(), "unread") == 0, "send unread");
+    co_await sleep_for(5ms);
+    co_await p.second->close();  // unread data: the kernel resets the connection
+    co_await sleep_for(20ms);
+    std::byte b[16];
+    for (int i = 0; i < 3; ++i) {
+        const std::optional<int> r = co_await bounded_recv(p.first.get(), b);
+        EXPECT_TRUE(prompt(r) && *r <= 0) << "read " << i + 1 << ": " << show(r);
+    }
+    for (int i = 0; i < 3; ++i) {
+        const std::optional<int> r = co_await bounded_send(p.first.get(), "late");
+        EXPECT_TRUE(prompt(r) && *r < 0) << "send " << i + 1 << ": " << show(r);
+    }
+    co_await p.first->close();
+}
+
+TEST_P(transport_test, every_recv_and_send_after_a_reset_returns_at_once) {
+    run(reset_repeats_body(net.get()));
+}
+
 task<void> reader_closes_body(backend* net) {
     auto p = co_await connected_pair(net);
     const auto data = pattern(64u << 20);  // far more than the socket buffers hold
