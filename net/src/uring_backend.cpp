@@ -10,6 +10,8 @@
 // access. Each socket keeps the list of its requests in flight (`socket_state`): close()
 // stops intake, cancels them (IORING_OP_ASYNC_CANCEL by user_data), waits for their final
 // completions and only then closes the fd; closing an fd cancels nothing in io_uring.
+// With COVERSE_RECV_MULTISHOT=1 a stream receives through one multishot request of its own
+// into its own provided-buffer ring (`multishot_receiver`), and recv_some copies out of it.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <coroutine>
@@ -52,6 +55,29 @@ namespace {
 // 65536) there, after measuring.
 constexpr std::size_t default_zc_threshold = 0;
 
+// Multishot receive when COVERSE_RECV_MULTISHOT is unset (and the kernel has provided-buffer
+// rings): off, because it is not at least as fast at every size. The ring each stream gets
+// then: COVERSE_RECV_BUFFERS buffers (a power of two) of COVERSE_RECV_BUFFER_SIZE bytes.
+// Measured here (2 vCPUs, noisy, kernel 6.18; bench_net --mode io_uring, two processes,
+// mesh ping-pong; =0 and =1 alternating, medians of 8, 6 and 10 runs in three sessions
+// whose load differed; off vs on, 32 x 32 KiB buffers):
+//   8 B p50 µs    6.88 vs 5.86,  6.33 vs 5.52,  8.19 vs 7.37
+//   1 KiB p50 µs  6.61 vs 6.38,  6.51 vs 5.83,  8.79 vs 7.94
+//   64 KiB p50 µs 20.7 vs 28.4,  20.7 vs 25.2,  49.6 vs 48.9
+//   1 MiB MB/s    1580 vs 1428,  1421 vs 1630,  2312 vs 1840
+// Small messages gain 0.3-1 µs (presumably no SQE and no request set-up per receive); big
+// payloads lose: the mesh's reader receives a big frame's payload straight into the frame,
+// but multishot copies it twice — kernel to ring buffer, ring buffer to frame. 16 x 64 KiB
+// and 64 x 16 KiB buffers did no better at 64 KiB (23.3 and 27.5 µs in the second session).
+// Serving big windows with a plain receive (not done) would need the armed request
+// cancelled and its final CQE reaped before each one and re-armed after — only one receive
+// may take bytes at a time. Try COVERSE_RECV_MULTISHOT=1 where messages are small.
+constexpr bool default_recv_multishot = false;
+constexpr unsigned default_recv_buffers = 32;
+constexpr std::size_t default_recv_buffer_size = 32 * 1024;
+constexpr unsigned max_recv_buffers = 32768;  // the kernel's limit on a buffer ring
+constexpr std::size_t max_recv_buffer_size = std::size_t{16} << 20;
+
 // Largest single request: sqe->len is 32 bits and the kernel caps one transfer at about
 // INT_MAX; the send loop continues where a capped request stopped.
 constexpr std::size_t max_request_bytes = std::size_t{1} << 30;
@@ -62,7 +88,10 @@ using stream_result = io_result<std::unique_ptr<stream>>;
 
 struct uring_settings {
     std::size_t zc_threshold = default_zc_threshold;  // 0: never zero-copy
-    bool sendmsg_zc = false;  // IORING_OP_SENDMSG_ZC (gathers); SEND_ZC alone serves one part
+    bool sendmsg_zc = false;      // IORING_OP_SENDMSG_ZC (gathers); SEND_ZC alone serves one part
+    bool recv_multishot = false;  // multishot receive into a provided-buffer ring per stream
+    unsigned recv_buffers = default_recv_buffers;
+    std::size_t recv_buffer_size = default_recv_buffer_size;
 };
 
 [[noreturn]] void wrong_thread() noexcept {
@@ -73,7 +102,18 @@ struct uring_settings {
     std::abort();
 }
 
-class socket_request;
+// A request that close() and the owner's destructor must cancel and reap: a node of its
+// socket's list while it is in flight (a one-shot socket_request, or a stream's multishot
+// receive).
+class tracked_request : public completion {
+protected:
+    ~tracked_request() = default;
+
+private:
+    friend class socket_state;
+    tracked_request* _prev = nullptr;
+    tracked_request* _next = nullptr;
+};
 
 // One socket's fd and the requests it has in flight, so that close() and the owner's
 // destructor can cancel them and wait for every final completion before the fd closes.
@@ -92,8 +132,8 @@ public:
     /// final completion, then closes the fd. Idempotent; concurrent callers all wait.
     task<void> close();
 
-    void add(socket_request* r) noexcept;
-    void remove(socket_request* r) noexcept;
+    void add(tracked_request* r) noexcept;
+    void remove(tracked_request* r) noexcept;
 
     scheduler* sched;
     reactor* ring;
@@ -126,14 +166,14 @@ private:
 
     void cancel_all() noexcept;
 
-    socket_request* _head = nullptr;
+    tracked_request* _head = nullptr;
     std::vector<std::coroutine_handle<>> _drain_waiters;
 };
 
 // The awaiter and completion object of one request on a socket. Yields the request's result
 // (>= 0, or -errno; -ECANCELED after a stop request or close()). Derived classes only say
 // how to fill the submission entry.
-class socket_request : public completion {
+class socket_request : public tracked_request {
 public:
     socket_request(const socket_request&) = delete;
     socket_request& operator=(const socket_request&) = delete;
@@ -195,8 +235,6 @@ protected:
     }
 
 private:
-    friend class socket_state;
-
     struct canceller {
         socket_request* self;
         void operator()() const noexcept {
@@ -213,8 +251,6 @@ private:
     }
 
     socket_state* _state;
-    socket_request* _prev = nullptr;  // socket_state's list of requests in flight
-    socket_request* _next = nullptr;
     std::coroutine_handle<> _handle;
     int _result = 0;
     bool _in_flight = false;
@@ -239,14 +275,14 @@ socket_op<Prep> on(socket_state& s, Prep prep) noexcept {
     return socket_op<Prep>(s, prep);
 }
 
-void socket_state::add(socket_request* r) noexcept {
+void socket_state::add(tracked_request* r) noexcept {
     r->_prev = nullptr;
     r->_next = _head;
     if (_head) _head->_prev = r;
     _head = r;
 }
 
-void socket_state::remove(socket_request* r) noexcept {
+void socket_state::remove(tracked_request* r) noexcept {
     if (r->_prev)
         r->_prev->_next = r->_next;
     else
@@ -263,7 +299,7 @@ void socket_state::remove(socket_request* r) noexcept {
 void socket_state::cancel_all() noexcept {
     // A zero-copy send whose result already arrived is not found (its notification
     // follows by itself); anything else completes with -ECANCELED or its partial result.
-    for (socket_request* r = _head; r; r = r->_next)
+    for (tracked_request* r = _head; r; r = r->_next)
         ring->cancel(r);
 }
 
@@ -321,6 +357,299 @@ int set_nodelay(int fd) {
     return ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0 ? 0 : -errno;
 }
 
+// ---- multishot receive into a provided-buffer ring ------------------------------------
+//
+// One per stream, created at its first recv_some when multishot is on. Stages: idle (no
+// ring yet) → started (buffer ring registered, every buffer in the kernel's ring) → armed
+// (one IORING_OP_RECV with IORING_RECV_MULTISHOT + IOSQE_BUFFER_SELECT in flight, owned
+// by this object, not by an awaiter) ⇄ unarmed (its last CQE had no F_MORE: re-armed at
+// once, or, after -ENOBUFS, as soon as recv_some hands a buffer back) → ended (EOF or an
+// error, delivered after the queued data) → released (close() or the destructor reaped the
+// request, then unregistered the ring and freed the memory — release() is the one place).
+//
+// Each data CQE names a buffer (bid) the kernel filled; it queues here in arrival order and
+// recv_some copies out of the queue, keeping an offset into a partly read buffer, and gives
+// a buffer back to the ring (io_uring_buf_ring_add + advance) once it has been read. At
+// most one multishot request exists per stream, so bytes can never arrive out of order.
+// The kernel writes into the buffers until the request's final CQE: the memory is freed
+// only after that, in release().
+class multishot_receiver final : public tracked_request {
+public:
+    class receive;
+
+    multishot_receiver(socket_state& s, unsigned count, std::size_t size) noexcept
+        : _s(s), _count(count), _size(size) {}
+    multishot_receiver(const multishot_receiver&) = delete;
+    multishot_receiver& operator=(const multishot_receiver&) = delete;
+
+    /// The owner dies: a waiting receive ends with -ECANCELED, the request is cancelled and
+    /// reaped (blocking, like socket_request::abandon) before the buffers are freed.
+    ~multishot_receiver();
+
+    /// Allocates and registers the buffer ring under a buffer group id no other ring user
+    /// holds: 0, or -errno (the stream then receives with plain recv).
+    int start();
+
+    /// `co_await receiver(buf)`: > 0 bytes, 0 at EOF, -errno; -ECANCELED after a stop
+    /// request (the multishot request stays armed and keeps queueing) or close().
+    receive operator()(std::span<std::byte> buf) noexcept;
+
+    /// close() began: a waiting receive ends with -ECANCELED now; socket_state::close()
+    /// cancels the request itself.
+    void stop_intake() noexcept;
+
+    /// After the final CQE (close() drained the socket): unregisters the ring, frees the
+    /// memory. Idempotent.
+    void release() noexcept;
+
+    void complete(int result, std::uint32_t flags) noexcept override;
+
+private:
+    struct filled {
+        std::uint16_t bid;
+        std::uint32_t len;
+        std::uint32_t off;  // bytes of it already copied out
+    };
+
+    std::byte* buffer(std::uint16_t bid) const noexcept { return _bufs + bid * _size; }
+    /// Copies queued bytes into `buf`: the count, or the end result once nothing is queued
+    /// after EOF or an error, or nothing (the caller waits).
+    std::optional<int> take(std::span<std::byte> buf) noexcept;
+    void give_back(std::uint16_t bid, int offset) noexcept {
+        io_uring_buf_ring_add(_br, buffer(bid), static_cast<unsigned>(_size), bid,
+                              io_uring_buf_ring_mask(_count), offset);
+    }
+    /// Arms the multishot request unless it is armed, ended, closing, or the kernel's ring
+    /// has no buffer (then -ENOBUFS would end it at once; the next give_back re-arms).
+    void arm() noexcept;
+    void wake_waiter(int result) noexcept;
+
+    socket_state& _s;
+    const unsigned _count;  // a power of two
+    const std::size_t _size;
+    io_uring_buf_ring* _br = nullptr;
+    std::byte* _bufs = nullptr;
+    int _bgid = -1;
+    std::vector<filled> _queue;  // circular, _count slots: each bid is queued at most once
+    unsigned _q_head = 0;
+    unsigned _q_len = 0;
+    unsigned _in_ring = 0;  // buffers the kernel may fill
+    bool _armed = false;
+    bool _ended = false;
+    int _end_result = 0;  // 0 (EOF) or -errno, once _ended
+    bool _dying = false;
+    receive* _waiter = nullptr;
+};
+
+class multishot_receiver::receive {
+public:
+    receive(multishot_receiver& r, std::span<std::byte> buf) noexcept : _r(r), _buf(buf) {}
+    receive(const receive&) = delete;
+    receive& operator=(const receive&) = delete;
+    ~receive() {
+        if (_waiting) _r._waiter = nullptr;  // the frame was destroyed while it waited
+    }
+
+    bool await_ready() const noexcept { return false; }
+
+    template <class P>
+    bool await_suspend(std::coroutine_handle<P> h) {
+        socket_state& s = _r._s;
+        if (scheduler::current() != s.sched) wrong_thread();
+        if (s.fd < 0) return finish_early(-EBADF);
+        if (s.closing) return finish_early(-ECANCELED);
+        if (_buf.empty()) return finish_early(0);  // what recv(2) of nothing returns
+        if (auto r = _r.take(_buf)) return finish_early(*r);
+        const std::stop_token* tok = nullptr;
+        if constexpr (coverse::detail::has_stop_v<P>) tok = h.promise().stop();
+        if (tok && tok->stop_requested()) return finish_early(-ECANCELED);
+        _r.arm();  // nothing is queued, so every buffer is in the kernel's ring
+        _handle = h;
+        _waiting = true;
+        _r._waiter = this;
+        if (tok && tok->stop_possible()) _on_stop.emplace(*tok, on_stop{this});
+        return true;
+    }
+
+    int await_resume() noexcept {
+        _on_stop.reset();
+        return _result;
+    }
+
+private:
+    friend class multishot_receiver;
+
+    struct on_stop {
+        receive* self;
+        void operator()() const noexcept {
+            // Only this receive ends: the request stays armed, later data stays queued.
+            if (scheduler::current() != self->_r._s.sched) wrong_thread();
+            if (self->_waiting) self->wake(-ECANCELED);
+        }
+    };
+
+    bool finish_early(int result) noexcept {
+        _result = result;
+        return false;
+    }
+    // The result is final before the resumption, which the loop runs later: nothing after
+    // this touches the receiver, which may be gone by then.
+    void wake(int result) noexcept {
+        _result = result;
+        _waiting = false;
+        _r._waiter = nullptr;
+        _r._s.sched->schedule(_handle);
+    }
+
+    multishot_receiver& _r;
+    std::span<std::byte> _buf;
+    std::coroutine_handle<> _handle;
+    int _result = 0;
+    bool _waiting = false;
+    std::optional<std::stop_callback<on_stop>> _on_stop;
+};
+
+multishot_receiver::receive multishot_receiver::operator()(std::span<std::byte> buf) noexcept {
+    return receive(*this, buf);
+}
+
+int multishot_receiver::start() {
+    constexpr std::size_t page = 4096;
+    auto round_up = [](std::size_t n) { return (n + page - 1) / page * page; };
+    void* ring_mem = std::aligned_alloc(page, round_up(_count * sizeof(io_uring_buf)));
+    void* buf_mem = std::aligned_alloc(page, round_up(_count * _size));
+    if (!ring_mem || !buf_mem) {
+        std::free(ring_mem);
+        std::free(buf_mem);
+        return -ENOMEM;
+    }
+    std::memset(ring_mem, 0, round_up(_count * sizeof(io_uring_buf)));
+    _br = static_cast<io_uring_buf_ring*>(ring_mem);
+    io_uring_buf_ring_init(_br);
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<std::uint64_t>(ring_mem);
+    reg.ring_entries = _count;
+    // Group ids are per ring; streams of other schedulers may hold the same one, ours not:
+    // a taken id answers -EEXIST and the next is tried.
+    static std::atomic<std::uint16_t> next_bgid{0};
+    int r = -EEXIST;
+    for (unsigned tries = 0; r == -EEXIST && tries <= 0xffff; ++tries) {
+        reg.bgid = next_bgid.fetch_add(1, std::memory_order_relaxed);
+        r = io_uring_register_buf_ring(_s.ring->ring(), &reg, 0);
+    }
+    if (r < 0) {
+        _br = nullptr;
+        std::free(ring_mem);
+        std::free(buf_mem);
+        return r;
+    }
+    _bgid = reg.bgid;
+    _bufs = static_cast<std::byte*>(buf_mem);
+    _queue.resize(_count);
+    for (unsigned i = 0; i < _count; ++i)
+        give_back(static_cast<std::uint16_t>(i), static_cast<int>(i));
+    io_uring_buf_ring_advance(_br, static_cast<int>(_count));
+    _in_ring = _count;
+    return 0;
+}
+
+void multishot_receiver::arm() noexcept {
+    if (_armed || _ended || _dying || !_br || _s.closing || _s.fd < 0 || _in_ring == 0) return;
+    io_uring_sqe* sqe = _s.ring->prepare(this);
+    io_uring_prep_recv_multishot(sqe, _s.fd, nullptr, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = static_cast<std::uint16_t>(_bgid);
+    _armed = true;
+    _s.add(this);
+}
+
+std::optional<int> multishot_receiver::take(std::span<std::byte> buf) noexcept {
+    const std::size_t want = std::min(buf.size(), max_request_bytes);
+    std::size_t n = 0;
+    int returned = 0;
+    while (n < want && _q_len > 0) {
+        filled& f = _queue[_q_head];
+        const std::size_t k = std::min<std::size_t>(want - n, f.len - f.off);
+        std::memcpy(buf.data() + n, buffer(f.bid) + f.off, k);
+        n += k;
+        f.off += static_cast<std::uint32_t>(k);
+        if (f.off == f.len) {
+            give_back(f.bid, returned++);
+            _q_head = (_q_head + 1) & (_count - 1);
+            --_q_len;
+        }
+    }
+    if (returned > 0) {
+        io_uring_buf_ring_advance(_br, returned);
+        _in_ring += static_cast<unsigned>(returned);
+        arm();  // after -ENOBUFS the request waits for buffers: here they are
+    }
+    if (n > 0) return static_cast<int>(n);
+    if (_ended) return _end_result;
+    return std::nullopt;
+}
+
+void multishot_receiver::complete(int result, std::uint32_t flags) noexcept {
+    if (flags & IORING_CQE_F_BUFFER) {
+        const auto bid = static_cast<std::uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
+        --_in_ring;
+        if (result > 0) {
+            _queue[(_q_head + _q_len) & (_count - 1)] = {bid, static_cast<std::uint32_t>(result),
+                                                         0};
+            ++_q_len;
+        } else {
+            give_back(bid, 0);  // a buffer picked for nothing: straight back
+            io_uring_buf_ring_advance(_br, 1);
+            ++_in_ring;
+        }
+    }
+    // -ENOBUFS: the ring ran dry (the reader is behind); the request ended without data
+    // and is re-armed once a buffer is back. Anything else non-positive ends the stream:
+    // 0 is EOF, -ECANCELED our own cancel (close, destructor), the rest socket errors.
+    if (result <= 0 && result != -ENOBUFS && !_ended) {
+        _ended = true;
+        _end_result = result;
+    }
+    if (!(flags & IORING_CQE_F_MORE)) {
+        _armed = false;
+        _s.remove(this);
+        arm();
+    }
+    if (_waiter) {
+        if (auto r = take(_waiter->_buf)) _waiter->wake(*r);
+    }
+}
+
+void multishot_receiver::wake_waiter(int result) noexcept {
+    if (_waiter) _waiter->wake(result);
+}
+
+void multishot_receiver::stop_intake() noexcept {
+    wake_waiter(-ECANCELED);
+}
+
+void multishot_receiver::release() noexcept {
+    if (!_br || _armed) return;
+    io_uring_unregister_buf_ring(_s.ring->ring(), _bgid);
+    std::free(_br);
+    std::free(_bufs);
+    _br = nullptr;
+    _bufs = nullptr;
+    _q_len = 0;
+    _in_ring = 0;
+}
+
+multishot_receiver::~multishot_receiver() {
+    _dying = true;
+    wake_waiter(-ECANCELED);
+    if (_armed) {
+        _s.ring->cancel(this);
+        while (_armed)
+            _s.ring->wait(std::chrono::milliseconds(10));
+    }
+    release();
+}
+
 // ---- stream ---------------------------------------------------------------------------
 
 class uring_stream final : public stream {
@@ -333,7 +662,7 @@ public:
     void shutdown_send() noexcept override {
         if (_state.fd >= 0) ::shutdown(_state.fd, SHUT_WR);
     }
-    task<void> close() override { return _state.close(); }
+    task<void> close() override;
     const std::string& peer_name() const noexcept override { return _peer; }
 
     /// IORING_OP_CONNECT on the (non-blocking) socket: 0 or -errno.
@@ -343,7 +672,17 @@ private:
     socket_state _state;
     std::string _peer;
     uring_settings _cfg;
+    bool _multishot_failed = false;  // registering the ring failed: plain recv from then on
+    // Declared after _state, so destroyed before it: its destructor reaps its request
+    // while the fd is still open, then frees the buffers.
+    std::optional<multishot_receiver> _multishot;
 };
+
+task<void> uring_stream::close() {
+    if (_multishot) _multishot->stop_intake();
+    co_await _state.close();
+    if (_multishot) _multishot->release();
+}
 
 task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> parts) {
     // The iovecs live in this frame, which outlives every request below (each resumes us
@@ -420,8 +759,28 @@ task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> par
 }
 
 task<int> uring_stream::recv_some(std::span<std::byte> buf) {
-    // TODO(issue 3): multishot receive into a provided-buffer ring (features().buf_ring)
-    // behind COVERSE_RECV_MULTISHOT=1; today every call is one IORING_OP_RECV.
+    if (_cfg.recv_multishot && !_multishot && !_multishot_failed && _state.fd >= 0 &&
+        !_state.closing) {
+        // First receive: the ring is registered now, not at connect, so streams that only
+        // send cost no buffers.
+        _multishot.emplace(_state, _cfg.recv_buffers, _cfg.recv_buffer_size);
+        if (const int e = _multishot->start(); e < 0) {
+            _multishot.reset();
+            _multishot_failed = true;
+            static std::atomic<bool> reported{false};
+            if (!reported.exchange(true))
+                std::fprintf(stderr,
+                             "coverse: multishot receive is off for the stream from %s (and "
+                             "maybe others): registering its provided-buffer ring of %u x %zu "
+                             "bytes failed: %s; it receives with plain recv. Raise the "
+                             "locked-memory limit (ulimit -l), lower COVERSE_RECV_BUFFERS or "
+                             "COVERSE_RECV_BUFFER_SIZE, or set COVERSE_RECV_MULTISHOT=0\n",
+                             _peer.c_str(), _cfg.recv_buffers, _cfg.recv_buffer_size,
+                             std::strerror(-e));
+        }
+    }
+    if (_multishot) co_return co_await (*_multishot)(buf);
+    // Plain receive: multishot is off, or registering this stream's ring failed.
     void* p = buf.data();
     const auto len = static_cast<unsigned>(std::min(buf.size(), max_request_bytes));
     co_return co_await on(
@@ -478,7 +837,8 @@ task<io_result<std::unique_ptr<stream>>> uring_listener::accept() {
 
 class uring_backend final : public backend {
 public:
-    uring_backend(scheduler& s, uring_settings cfg) noexcept : _sched(s), _cfg(cfg) {}
+    uring_backend(scheduler& s, uring_settings cfg, std::string multishot_off_why) noexcept
+        : _sched(s), _cfg(cfg), _multishot_off_why(std::move(multishot_off_why)) {}
 
     std::string_view name() const noexcept override { return "io_uring"; }
 
@@ -487,7 +847,11 @@ public:
         s += _cfg.zc_threshold ? " zc_threshold=" + std::to_string(_cfg.zc_threshold)
                                : std::string(" zc_threshold=off");
         if (_cfg.zc_threshold && !_cfg.sendmsg_zc) s += " (single-part sends only)";
-        s += " recv_multishot=off";
+        if (_cfg.recv_multishot)
+            s += " recv_multishot=on (" + std::to_string(_cfg.recv_buffers) + " x " +
+                 std::to_string(_cfg.recv_buffer_size) + " B buffers per stream)";
+        else
+            s += " recv_multishot=off (" + _multishot_off_why + ")";
         return s;
     }
 
@@ -534,21 +898,63 @@ public:
 private:
     scheduler& _sched;
     uring_settings _cfg;
+    std::string _multishot_off_why;
 };
+
+// A decimal count: nullopt if it is not one.
+std::optional<unsigned long long> parse_count(const std::string& s) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
+    if (errno != 0 || end == s.c_str() || *end != '\0' || s[0] == '-') return std::nullopt;
+    return n;
+}
 
 std::size_t zc_threshold_from_env() {
     const char* v = std::getenv("COVERSE_ZC_THRESHOLD");
     if (!v || !*v) return default_zc_threshold;
     const std::string s(v);
     if (s == "off") return 0;
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
-    if (errno != 0 || end == s.c_str() || *end != '\0' || s[0] == '-')
+    const auto n = parse_count(s);
+    if (!n)
         throw std::invalid_argument("coverse: COVERSE_ZC_THRESHOLD=" + s +
                                     " is not a size in bytes; use e.g. 65536 (zero-copy "
                                     "send from 64 KiB up), or 0/off to turn it off");
-    return static_cast<std::size_t>(n);
+    return static_cast<std::size_t>(*n);
+}
+
+// COVERSE_RECV_MULTISHOT: unset/empty is the default, 0 or 1 forces it off or on.
+bool recv_multishot_from_env() {
+    const char* v = std::getenv("COVERSE_RECV_MULTISHOT");
+    if (!v || !*v) return default_recv_multishot;
+    const std::string s(v);
+    if (s == "0") return false;
+    if (s == "1") return true;
+    throw std::invalid_argument("coverse: COVERSE_RECV_MULTISHOT=" + s +
+                                " is not 0 or 1; use 1 for multishot receive into a "
+                                "provided-buffer ring, 0 for one plain receive per call, or "
+                                "leave it unset for the default (" +
+                                (default_recv_multishot ? "1" : "0") + ")");
+}
+
+void recv_ring_from_env(uring_settings& cfg) {
+    if (const char* v = std::getenv("COVERSE_RECV_BUFFERS"); v && *v) {
+        const auto n = parse_count(v);
+        if (!n || *n == 0 || *n > max_recv_buffers || (*n & (*n - 1)) != 0)
+            throw std::invalid_argument(
+                std::string("coverse: COVERSE_RECV_BUFFERS=") + v +
+                " is not a power of two from 1 to " + std::to_string(max_recv_buffers) +
+                "; it is the number of receive buffers per stream, e.g. 32");
+        cfg.recv_buffers = static_cast<unsigned>(*n);
+    }
+    if (const char* v = std::getenv("COVERSE_RECV_BUFFER_SIZE"); v && *v) {
+        const auto n = parse_count(v);
+        if (!n || *n == 0 || *n > max_recv_buffer_size)
+            throw std::invalid_argument(std::string("coverse: COVERSE_RECV_BUFFER_SIZE=") + v +
+                                        " is not a size in bytes from 1 to " +
+                                        std::to_string(max_recv_buffer_size) + ", e.g. 32768");
+        cfg.recv_buffer_size = static_cast<std::size_t>(*n);
+    }
 }
 
 }  // namespace
@@ -569,7 +975,19 @@ std::unique_ptr<backend> make_uring_backend(scheduler& sched, std::string* why) 
             io_uring_free_probe(probe);
         }
     }
-    return std::make_unique<uring_backend>(sched, cfg);
+    // Read (and checked) even where the kernel lacks buffer rings: a bad value is an error
+    // on every machine, not only on those that would use it.
+    const bool want_multishot = recv_multishot_from_env();
+    recv_ring_from_env(cfg);
+    std::string off_why;
+    if (!want_multishot) {
+        const char* v = std::getenv("COVERSE_RECV_MULTISHOT");
+        off_why = v && *v ? "COVERSE_RECV_MULTISHOT=0"
+                          : "off by default; COVERSE_RECV_MULTISHOT=1 turns it on";
+    } else if (!ring->features().buf_ring)
+        off_why = "this kernel cannot register provided-buffer rings";
+    cfg.recv_multishot = off_why.empty();
+    return std::make_unique<uring_backend>(sched, cfg, std::move(off_why));
 }
 
 }  // namespace coverse::net
