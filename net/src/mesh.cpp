@@ -78,7 +78,7 @@ struct mesh::connection {
     std::unique_ptr<stream> s;
     frame_reader reader;
     std::vector<frame> early;  // frames that arrived in the same receive as the hello
-    connection_state st = connection_state::connected;
+    connection_state st = connection_state::connecting;  // connected once its tasks run
     std::deque<outgoing*> queue;
     event wake;         // the writer waits here for queued frames
     event bye;          // the peer's disconnect frame arrived (or the peer failed)
@@ -247,6 +247,7 @@ task<void> mesh::establish() {
     }
     for (auto& c : _conns) {
         if (!c) continue;
+        c->st = connection_state::connected;
         _tasks.spawn(reader(c.get()), "mesh reader " + c->name);
         _tasks.spawn(writer(c.get()), "mesh writer " + c->name);
     }
@@ -276,12 +277,18 @@ task<void> mesh::accept_all(std::size_t expected) {
         stream& s = *r.value;
         frame_reader reader(_limits);
         std::vector<frame> early;
-        auto hello = co_await read_hello(s, reader, early);
-        std::optional<std::string> problem;
-        if (hello.error == -ECANCELED) {
+        // A connection that never says hello (a port probe) must not hold up the PEs
+        // queued behind it: it gets a few seconds, not the whole set-up deadline.
+        const auto hello_limit =
+            std::min<std::chrono::milliseconds>(_cfg.connect_timeout, std::chrono::seconds(5));
+        auto timed = co_await with_timeout(read_hello(s, reader, early), hello_limit);
+        if ((co_await this_task::stop_token()).stop_requested()) {  // the set-up deadline
             co_await s.close();
             co_return;
         }
+        io_result<frame> hello = timed ? std::move(*timed) : io_result<frame>{{}, -ETIMEDOUT};
+        if (hello.error == -ECANCELED) hello.error = -ETIMEDOUT;  // our hello limit
+        std::optional<std::string> problem;
         if (hello.error == -EPROTO)
             problem = describe(reader.error(), s.peer_name());
         else if (hello.error != 0)
@@ -294,7 +301,8 @@ task<void> mesh::accept_all(std::size_t expected) {
         if (problem) {
             std::fprintf(stderr, "coverse: PE %u: refused a connection from %s: %s\n", _cfg.rank,
                          s.peer_name().c_str(), problem->c_str());
-            if (hello.error == 0) co_await refuse(s, *problem);
+            // A peer that sent a whole (if invalid) frame is told why it was refused.
+            if (hello.error == 0 || hello.error == -EPROTO) co_await refuse(s, *problem);
             co_await s.close();
             continue;
         }
@@ -303,6 +311,10 @@ task<void> mesh::accept_all(std::size_t expected) {
         const std::span<const std::byte> parts[] = {head, body};
         const int sent = co_await s.send_all(parts);
         const std::uint32_t pe = hello.value.header.source_pe;
+        if (sent == -ECANCELED) {
+            co_await s.close();
+            co_return;
+        }
         if (sent < 0) {
             std::fprintf(stderr, "coverse: PE %u: answering the hello of PE %u failed: %s\n",
                          _cfg.rank, pe, errno_text(sent).c_str());
@@ -468,6 +480,7 @@ task<void> mesh::reader(connection* c) {
 }
 
 void mesh::deliver(connection* c, frame f) {
+    if (c->failed) return;  // nothing after an invalid frame is handed out
     if (f.header.source_pe != c->pe) {
         fail(c, "frame from " + c->name + " claims to come from PE " +
                     std::to_string(f.header.source_pe) + "; closing the connection");
@@ -475,6 +488,7 @@ void mesh::deliver(connection* c, frame f) {
     }
     if (f.header.type == frame_type::disconnect) {
         c->bye.set();
+        wake_receiver();  // a receive() draining the inbox may now end with nullopt
         return;
     }
     _inbox.push_back(received{c->pe, std::move(f)});
@@ -527,7 +541,7 @@ task<std::optional<received>> mesh::receive() {
             if (c &&
                 (c->st == connection_state::connected ||
                  c->st == connection_state::disconnecting) &&
-                !c->reader_done.is_set())
+                !c->reader_done.is_set() && !c->bye.is_set())
                 any_open = true;
         if (!any_open) co_return std::nullopt;
         co_await awaiter{this};
@@ -561,8 +575,15 @@ task<void> mesh::shutdown() {
     std::vector<task<void>> parts;
     for (auto& c : _conns)
         if (c && c->st == connection_state::connected) parts.push_back(disconnect(c.get()));
-    const bool finished =
-        co_await with_timeout(when_all(std::move(parts)), _cfg.connect_timeout) != std::nullopt;
+    // The deadline stops the connection tasks themselves: a writer blocked on a peer that
+    // does not read would otherwise keep the disconnect frame (and this call) waiting.
+    auto watchdog = [](mesh* m, std::chrono::milliseconds limit) -> task<void> {
+        co_await sleep_for(limit);
+        m->_tasks.request_stop();
+    };
+    const auto race =
+        co_await when_any(when_all(std::move(parts)), watchdog(this, _cfg.connect_timeout));
+    const bool finished = race.index == 0;
     _tasks.request_stop();
     co_await _tasks.join();
     std::string stuck;

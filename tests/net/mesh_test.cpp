@@ -443,6 +443,34 @@ TEST_P(mesh_test, two_processes_exchange_100k_mixed_messages_and_shut_down_clean
     EXPECT_EQ(m.state(1), connection_state::disconnected);
 }
 
+// Cause: receive() ended only at the peer's end of stream, which the peer sends only
+// after our own disconnect frame; a PE draining its inbox before calling shutdown() while
+// its peer was already shutting down waited forever.
+TEST_P(mesh_test, draining_receive_ends_when_the_peer_has_disconnected) {
+    auto res = run_job(2, GetParam(), [](std::uint32_t rank, mesh& m) -> task<void> {
+        if (rank == 1) {
+            std::vector<std::byte> b(100, std::byte{7});
+            for (int i = 0; i < 10; ++i) {
+                frame_header h;
+                if (co_await m.send(0, h, b) != 0) throw std::runtime_error("send failed");
+            }
+            co_return;  // run_job then calls shutdown()
+        }
+        int got = 0;
+        auto drained = co_await with_timeout(
+            [](mesh* mp, int* g) -> task<void> {
+                while (co_await mp->receive())
+                    ++*g;
+            }(&m, &got),
+            10s);
+        if (!drained) throw std::runtime_error("receive() did not end after the peer's disconnect");
+        if (got != 10) throw std::runtime_error("received " + std::to_string(got) + " of 10");
+    });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    EXPECT_EQ(res.errors[0], "");
+    EXPECT_EQ(res.errors[1], "");
+}
+
 INSTANTIATE_TEST_SUITE_P(backends, mesh_test,
                          ::testing::Values(backend_kind::io_uring, backend_kind::asio),
                          [](const auto& info) { return kind_name(info.param); });
