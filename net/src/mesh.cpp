@@ -130,12 +130,25 @@ connection_state mesh::state(std::uint32_t pe) const {
 
 // ---- hello ---------------------------------------------------------------------------
 
-frame_header mesh::hello_header() const {
+task<int> mesh::send_frame(stream& s, frame_type type, std::span<const std::byte> payload) {
     frame_header h;
-    h.type = frame_type::hello;
+    h.type = type;
     h.source_pe = _cfg.rank;
-    h.payload_length = hello_payload::wire_size;
-    return h;
+    h.payload_length = static_cast<std::uint32_t>(payload.size());
+    const auto head = encode_header(h);
+    const std::span<const std::byte> parts[] = {head, payload};
+    co_return co_await s.send_all(parts);
+}
+
+std::optional<std::string> mesh::hello_problem(const io_result<frame>& hello,
+                                               const frame_reader& reader, const std::string& who,
+                                               std::uint32_t expected_pe) const {
+    if (hello.error == -EPROTO) return describe(reader.error(), who);
+    if (hello.error != 0)
+        return "the connection ended before the hello was complete (" +
+               (hello.error == -ENODATA ? std::string("end of stream") : errno_text(hello.error)) +
+               "); see that side's error output";
+    return check_hello(hello.value, expected_pe);
 }
 
 std::array<std::byte, hello_payload::wire_size> mesh::hello_bytes() const {
@@ -211,14 +224,7 @@ task<void> mesh::refuse(stream& s, const std::string& why) {
     a.exit_code = 1;
     a.origin_pe = _cfg.rank;
     a.text = why;
-    const std::vector<std::byte> payload = encode(a);
-    frame_header h;
-    h.type = frame_type::abort;
-    h.source_pe = _cfg.rank;
-    h.payload_length = static_cast<std::uint32_t>(payload.size());
-    const auto head = encode_header(h);
-    const std::span<const std::byte> parts[] = {head, payload};
-    (void)co_await s.send_all(parts);
+    (void)co_await send_frame(s, frame_type::abort, encode(a));
 }
 
 // ---- establish -------------------------------------------------------------------------
@@ -288,16 +294,8 @@ task<void> mesh::accept_all(std::size_t expected) {
         }
         io_result<frame> hello = timed ? std::move(*timed) : io_result<frame>{{}, -ETIMEDOUT};
         if (hello.error == -ECANCELED) hello.error = -ETIMEDOUT;  // our hello limit
-        std::optional<std::string> problem;
-        if (hello.error == -EPROTO)
-            problem = describe(reader.error(), s.peer_name());
-        else if (hello.error != 0)
-            problem =
-                "the connection ended before its hello (" +
-                (hello.error == -ENODATA ? std::string("end of stream") : errno_text(hello.error)) +
-                ")";
-        else
-            problem = check_hello(hello.value, any_pe);
+        const std::optional<std::string> problem =
+            hello_problem(hello, reader, s.peer_name(), any_pe);
         if (problem) {
             std::fprintf(stderr, "coverse: PE %u: refused a connection from %s: %s\n", _cfg.rank,
                          s.peer_name().c_str(), problem->c_str());
@@ -306,10 +304,7 @@ task<void> mesh::accept_all(std::size_t expected) {
             co_await s.close();
             continue;
         }
-        const auto head = encode_header(hello_header());
-        const auto body = hello_bytes();
-        const std::span<const std::byte> parts[] = {head, body};
-        const int sent = co_await s.send_all(parts);
+        const int sent = co_await send_frame(s, frame_type::hello, hello_bytes());
         const std::uint32_t pe = hello.value.header.source_pe;
         if (sent == -ECANCELED) {
             co_await s.close();
@@ -343,10 +338,7 @@ task<void> mesh::dial(std::uint32_t pe) {
         co_await sleep_for(delay);
         delay = std::min(delay * 2, _cfg.retry_max);
     }
-    const auto head = encode_header(hello_header());
-    const auto body = hello_bytes();
-    const std::span<const std::byte> parts[] = {head, body};
-    const int sent = co_await s->send_all(parts);
+    const int sent = co_await send_frame(*s, frame_type::hello, hello_bytes());
     if (sent == -ECANCELED) co_return;
     if (sent < 0)
         throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) + ": sending our hello to " +
@@ -358,16 +350,7 @@ task<void> mesh::dial(std::uint32_t pe) {
         co_await s->close();
         co_return;
     }
-    std::optional<std::string> problem;
-    if (hello.error == -EPROTO)
-        problem = describe(reader.error(), who);
-    else if (hello.error != 0)
-        problem =
-            "it closed the connection before answering our hello (" +
-            (hello.error == -ENODATA ? std::string("end of stream") : errno_text(hello.error)) +
-            "); see that PE's error output";
-    else
-        problem = check_hello(hello.value, pe);
+    const std::optional<std::string> problem = hello_problem(hello, reader, who, pe);
     if (problem) {
         co_await s->close();
         throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) + ": connecting to " + who +
@@ -390,12 +373,16 @@ task<int> mesh::send(std::uint32_t pe, frame_header header, std::span<const std:
     connection* c = _conns[pe].get();
     if (!c || c->st != connection_state::connected) co_return -ENOTCONN;
     if (payload.size() > _cfg.max_payload) co_return -EMSGSIZE;
+    co_return co_await transmit(c, header, payload);
+}
+
+task<int> mesh::transmit(connection* c, frame_header header, std::span<const std::byte> payload) {
     header.source_pe = _cfg.rank;
     header.payload_length = static_cast<std::uint32_t>(payload.size());
     outgoing item;
     encode_header(header, item.header);
     item.payload = payload;
-    c->queue.push_back(&item);
+    c->queue.push_back(&item);  // behind every frame queued before: nothing is overtaken
     c->wake.set();
     // Not cancellable: the writer holds a pointer to `item` until it completes it.
     co_await item.done.wait();
@@ -555,17 +542,9 @@ task<void> mesh::disconnect(connection* c) {
     const auto body = encode(disconnect_payload{});
     frame_header h;
     h.type = frame_type::disconnect;
-    h.source_pe = _cfg.rank;
-    h.payload_length = static_cast<std::uint32_t>(body.size());
-    outgoing item;
-    encode_header(h, item.header);
-    item.payload = body;
-    c->queue.push_back(&item);  // behind every frame queued before: nothing is overtaken
-    c->writer_closing = true;
-    c->wake.set();
-    co_await item.done.wait();
-    if (item.result < 0) co_return;  // fail() reported it
-    co_await c->bye.wait();          // everything the peer sent has been delivered
+    c->writer_closing = true;  // the writer ends once this last frame is out
+    if (co_await transmit(c, h, body) < 0) co_return;  // fail() reported it
+    co_await c->bye.wait();  // everything the peer sent has been delivered
     c->s->shutdown_send();
     co_await c->reader_done.wait();  // the peer half-closed too
     if (!c->failed) c->st = connection_state::disconnected;

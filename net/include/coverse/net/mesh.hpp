@@ -136,7 +136,13 @@ private:
     void attach(std::uint32_t pe, std::unique_ptr<stream> s, frame_reader reader,
                 std::vector<frame> early);
     std::optional<std::string> check_hello(const frame& f, std::uint32_t expected_pe) const;
-    frame_header hello_header() const;
+    /// One frame on a stream that has no writer yet (hello, refusal).
+    task<int> send_frame(stream& s, frame_type type, std::span<const std::byte> payload);
+    std::optional<std::string> hello_problem(const io_result<frame>& hello,
+                                             const frame_reader& reader, const std::string& who,
+                                             std::uint32_t expected_pe) const;
+    /// Queues a frame on a connection's writer and waits until it is in the kernel.
+    task<int> transmit(connection* c, frame_header header, std::span<const std::byte> payload);
     std::array<std::byte, hello_payload::wire_size> hello_bytes() const;
 
     task<void> writer(connection* c);
