@@ -1,0 +1,286 @@
+/* converse.h: the Converse machine interface (Cmi*, Csd*, Ccd*, Cpv/Csv, Crn) over the
+ * coverse runtime. Source compatible with legacy Converse programs, in C and C++. One
+ * process is one PE, so a node is a PE (CmiMyNode() == CmiMyPe()). */
+#ifndef COVERSE_CONVERSE_H
+#define COVERSE_CONVERSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define COVERSE_EXTERN_C extern "C"
+extern "C" {
+#else
+#define COVERSE_EXTERN_C
+#endif
+
+/* ---- types --------------------------------------------------------------------------- */
+typedef void (*CmiHandler)(void *msg);
+typedef void (*CmiHandlerEx)(void *msg, void *user_ptr);
+typedef void (*CmiStartFn)(int argc, char **argv);
+typedef void *CmiCommHandle;
+typedef int64_t CmiInt8;
+typedef int32_t CmiInt4;
+typedef uint64_t CmiUInt8;
+typedef uint32_t CmiUInt4;
+
+/** A set of PEs for the multicast calls (an opaque id; 0 is never a valid group). */
+typedef struct {
+    uint32_t id;
+} CmiGroup;
+
+/* ---- the message header ---------------------------------------------------------------
+ * Every message starts with this header: the handler index, then the machine's fields
+ * (broadcast root, internal flags). It is part of the wire format between coverse PEs. */
+#define CmiMsgHeaderSizeBytes 16
+typedef struct {
+    uint32_t handler;
+    uint32_t root_plus_one; /* broadcast root + 1, 0 when not a broadcast */
+    uint32_t flags;
+    uint32_t reserved;
+} CmiMsgHeaderBasic;
+
+#define CmiReservedHeaderSize CmiMsgHeaderSizeBytes
+#define CmiMsgHeaderSizeInts (CmiMsgHeaderSizeBytes / 4)
+
+/* ---- start-up and exit ----------------------------------------------------------------- */
+void ConverseInit(int argc, char **argv, CmiStartFn fn, int usched, int initret);
+/* ConverseExit() and ConverseExit(code) both work, in C and C++. */
+void CoverseConverseExit(int exitcode);
+#define ConverseExit(...) CoverseConverseExit(__VA_ARGS__ + 0)
+void CmiAbort(const char *format, ...) __attribute__((noreturn, format(printf, 1, 2)));
+void CoverseAssertFailed(const char *expr, const char *file, int line)
+    __attribute__((noreturn));
+#define CmiAssert(expr) \
+    ((expr) ? (void)0 : CoverseAssertFailed(#expr, __FILE__, __LINE__))
+#define CmiAssertMsg(expr, ...) ((expr) ? (void)0 : CmiAbort(__VA_ARGS__))
+
+/* ---- PEs and nodes ----------------------------------------------------------------------- */
+int CmiMyPe(void);
+int CmiNumPes(void);
+#define CmiNumPe CmiNumPes
+int CmiMyNode(void);
+int CmiNumNodes(void);
+int CmiMyRank(void);
+int CmiMyNodeSize(void);
+int CmiNodeSize(int node);
+int CmiNodeOf(int pe);
+int CmiRankOf(int pe);
+int CmiNodeFirst(int node);
+int CmiNumCores(void);
+int CmiNumPhysicalNodes(void);
+int CmiPhysicalNodeID(int pe);
+void CmiInitCPUAffinity(char **argv);
+void CmiInitCPUTopology(char **argv);
+int CmiSpanTreeParent(int pe);
+int CmiNumSpanTreeChildren(int pe);
+void CmiSpanTreeChildren(int pe, int *children);
+#define CmiNodeSpanTreeParent CmiSpanTreeParent
+#define CmiNumNodeSpanTreeChildren CmiNumSpanTreeChildren
+#define CmiNodeSpanTreeChildren CmiSpanTreeChildren
+
+/* ---- handlers ------------------------------------------------------------------------------ */
+int CmiRegisterHandler(CmiHandler h);
+int CmiRegisterHandlerEx(CmiHandlerEx h, void *user_ptr);
+int CmiRegisterHandlerLocal(CmiHandler h);
+int CmiRegisterHandlerGlobal(CmiHandler h);
+void CmiNumberHandler(int n, CmiHandler h);
+void CmiNumberHandlerEx(int n, CmiHandlerEx h, void *user_ptr);
+CmiHandler CmiHandlerToFunction(int handler);
+#define CmiSetHandler(msg, h) (((CmiMsgHeaderBasic *)(void *)(msg))->handler = (uint32_t)(h))
+#define CmiGetHandler(msg) ((int)((CmiMsgHeaderBasic *)(void *)(msg))->handler)
+#define CmiGetHandlerFunction(msg) CmiHandlerToFunction(CmiGetHandler(msg))
+void CmiInitMsgHeader(void *msg, int size);
+
+/* ---- message memory --------------------------------------------------------------------- */
+void *CmiAlloc(int size);
+void CmiFree(void *msg);
+void CmiReference(void *msg);
+int CmiSize(void *msg);
+int CmiGetReference(void *msg);
+
+/* ---- point-to-point sends ------------------------------------------------------------------
+ * Sync: returns when the buffer may be reused (a message on the stack is legal).
+ * AndFree: takes ownership of a CmiAlloc'd message. Async: returns a handle (0: the buffer
+ * is free at once); poll it with CmiAsyncMsgSent and drop it with CmiReleaseCommHandle. */
+void CmiSyncSend(int dest_pe, int size, void *msg);
+void CmiSyncSendAndFree(int dest_pe, int size, void *msg);
+CmiCommHandle CmiAsyncSend(int dest_pe, int size, void *msg);
+#define CmiSyncNodeSend CmiSyncSend
+#define CmiSyncNodeSendAndFree CmiSyncSendAndFree
+#define CmiAsyncNodeSend CmiAsyncSend
+int CmiAsyncMsgSent(CmiCommHandle handle);
+void CmiReleaseCommHandle(CmiCommHandle handle);
+int CmiAllAsyncMsgsSent(void);
+
+void CmiSyncVectorSend(int dest_pe, int n, int *sizes, char **pieces);
+void CmiSyncVectorSendAndFree(int dest_pe, int n, int *sizes, char **pieces);
+CmiCommHandle CmiAsyncVectorSend(int dest_pe, int n, int *sizes, char **pieces);
+void CmiMultipleSend(unsigned int dest_pe, int n, int *sizes, char **msgs);
+void CmiInitMultipleSendRoutine(void);
+
+void CmiSyncListSend(int npes, const int *pes, int size, void *msg);
+void CmiSyncListSendAndFree(int npes, const int *pes, int size, void *msg);
+CmiCommHandle CmiAsyncListSend(int npes, const int *pes, int size, void *msg);
+
+CmiGroup CmiEstablishGroup(int npes, int *pes);
+void CmiLookupGroup(CmiGroup grp, int *npes, int **pes);
+void CmiSyncMulticast(CmiGroup grp, int size, void *msg);
+void CmiSyncMulticastAndFree(CmiGroup grp, int size, void *msg);
+CmiCommHandle CmiAsyncMulticast(CmiGroup grp, int size, void *msg);
+
+/* ---- broadcasts (Broadcast excludes the sender, BroadcastAll includes it) --------------- */
+void CmiSyncBroadcast(int size, void *msg);
+void CmiSyncBroadcastAndFree(int size, void *msg);
+void CmiSyncBroadcastAll(int size, void *msg);
+void CmiSyncBroadcastAllAndFree(int size, void *msg);
+CmiCommHandle CmiAsyncBroadcast(int size, void *msg);
+CmiCommHandle CmiAsyncBroadcastAll(int size, void *msg);
+#define CmiSyncNodeBroadcast CmiSyncBroadcast
+#define CmiSyncNodeBroadcastAndFree CmiSyncBroadcastAndFree
+#define CmiSyncNodeBroadcastAll CmiSyncBroadcastAll
+#define CmiSyncNodeBroadcastAllAndFree CmiSyncBroadcastAllAndFree
+#define CmiAsyncNodeBroadcast CmiAsyncBroadcast
+#define CmiAsyncNodeBroadcastAll CmiAsyncBroadcastAll
+
+/* ---- barriers and reductions -------------------------------------------------------------- */
+int CmiBarrier(void);
+int CmiBarrierZero(void);
+#define CmiNodeBarrier CmiBarrier
+#define CmiNodeAllBarrier CmiBarrier
+
+typedef struct coverse_pup *pup_er;
+typedef void *(*CmiReduceMergeFn)(int *size, void *local, void **remote, int count);
+typedef void (*CmiReducePupFn)(pup_er p, void *data);
+typedef void (*CmiReduceDeleteFn)(void *data);
+typedef int CmiReductionID;
+void CmiReduce(void *msg, int size, CmiReduceMergeFn merge);
+void CmiReduceStruct(void *data, CmiReducePupFn pup, CmiReduceMergeFn merge, CmiHandler dest,
+                     CmiReduceDeleteFn del);
+#define CmiNodeReduce CmiReduce
+#define CmiNodeReduceStruct CmiReduceStruct
+
+/* The PUP calls a CmiReducePupFn uses (sizing and packing; coverse never unpacks). */
+int pup_isPacking(const pup_er p);
+int pup_isUnpacking(const pup_er p);
+int pup_isSizing(const pup_er p);
+void pup_bytes(pup_er p, void *ptr, size_t nbytes);
+void pup_char(pup_er p, char *v);
+void pup_chars(pup_er p, char *v, size_t n);
+void pup_int(pup_er p, int *v);
+void pup_ints(pup_er p, int *v, size_t n);
+void pup_long(pup_er p, long *v);
+void pup_longs(pup_er p, long *v, size_t n);
+void pup_float(pup_er p, float *v);
+void pup_floats(pup_er p, float *v, size_t n);
+void pup_double(pup_er p, double *v);
+void pup_doubles(pup_er p, double *v, size_t n);
+
+/* ---- the scheduler ------------------------------------------------------------------------ */
+#define CQS_QUEUEING_FIFO 2
+#define CQS_QUEUEING_LIFO 3
+#define CQS_QUEUEING_IFIFO 4
+#define CQS_QUEUEING_ILIFO 5
+#define CQS_QUEUEING_BFIFO 6
+#define CQS_QUEUEING_BLIFO 7
+#define CQS_QUEUEING_LFIFO 8
+#define CQS_QUEUEING_LLIFO 9
+
+void CsdScheduler(int n);
+void CsdScheduleForever(void);
+int CsdScheduleCount(int n);
+void CsdSchedulePoll(void);
+void CsdExitScheduler(void);
+/* prioptr: int (IFIFO/ILIFO), int64 (LFIFO/LLIFO) or unsigned bit-vector words
+ * (BFIFO/BLIFO, priobits long); not copied: it must live until the message is delivered. */
+void CsdEnqueueGeneral(void *msg, int strategy, int priobits, const void *prioptr);
+#define CsdEnqueue(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_FIFO, 0, (void *)0)
+#define CsdEnqueueFifo(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_FIFO, 0, (void *)0)
+#define CsdEnqueueLifo(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_LIFO, 0, (void *)0)
+#define CsdNodeEnqueueGeneral CsdEnqueueGeneral
+#define CsdNodeEnqueue CsdEnqueue
+#define CsdNodeEnqueueFifo CsdEnqueueFifo
+#define CsdNodeEnqueueLifo CsdEnqueueLifo
+int CsdEmpty(void);
+#define CsdNodeEmpty CsdEmpty
+int CsdLength(void);
+int CmiDeliverMsgs(int max_msgs);
+void CmiDeliverSpecificMsg(int handler);
+void *CmiGetNonLocal(void);
+void CmiHandleMessage(void *msg);
+
+/* ---- conditions and timed callbacks -------------------------------------------------------- */
+typedef void (*CcdVoidFn)(void *arg, double now_wall);
+#define CcdPROCESSOR_BEGIN_BUSY 0
+#define CcdPROCESSOR_END_IDLE 0
+#define CcdPROCESSOR_BEGIN_IDLE 1
+#define CcdPROCESSOR_END_BUSY 1
+#define CcdPROCESSOR_STILL_IDLE 2
+#define CcdPERIODIC 16
+#define CcdPERIODIC_10ms 17
+#define CcdPERIODIC_100ms 18
+#define CcdPERIODIC_1second 19
+#define CcdPERIODIC_1s 19
+#define CcdQUIESCENCE 30
+#define CcdUSER 48
+#define CcdUSERMAX 127
+int CcdCallOnCondition(int condnum, CcdVoidFn fn, void *arg);
+int CcdCallOnConditionKeep(int condnum, CcdVoidFn fn, void *arg);
+void CcdCancelCallOnCondition(int condnum, int idx);
+void CcdCancelCallOnConditionKeep(int condnum, int idx);
+void CcdRaiseCondition(int condnum);
+void CcdCallFnAfter(CcdVoidFn fn, void *arg, double msecs);
+
+/* ---- timers -------------------------------------------------------------------------------- */
+double CmiWallTimer(void);
+double CmiCpuTimer(void);
+double CmiTimer(void);
+double CmiStartTimer(void);
+
+/* ---- output and input through the launcher (whole lines) ---------------------------------- */
+int CmiPrintf(const char *format, ...) __attribute__((format(printf, 1, 2)));
+int CmiError(const char *format, ...) __attribute__((format(printf, 1, 2)));
+int CmiScanf(const char *format, ...) __attribute__((format(scanf, 1, 2)));
+
+/* ---- command-line arguments (runtime +/++ flags are gone before the program sees argv) --- */
+int CmiGetArgc(char **argv);
+char **CmiCopyArgs(char **argv);
+void CmiDeleteArgs(char **argv, int k);
+int CmiGetArgInt(char **argv, const char *arg, int *out);
+int CmiGetArgIntDesc(char **argv, const char *arg, int *out, const char *desc);
+int CmiGetArgLong(char **argv, const char *arg, CmiInt8 *out);
+int CmiGetArgLongDesc(char **argv, const char *arg, CmiInt8 *out, const char *desc);
+int CmiGetArgDouble(char **argv, const char *arg, double *out);
+int CmiGetArgDoubleDesc(char **argv, const char *arg, double *out, const char *desc);
+int CmiGetArgString(char **argv, const char *arg, char **out);
+int CmiGetArgStringDesc(char **argv, const char *arg, char **out, const char *desc);
+int CmiGetArgFlag(char **argv, const char *arg);
+int CmiGetArgFlagDesc(char **argv, const char *arg, const char *desc);
+void CmiArgGroup(const char *parent, const char *group);
+
+/* ---- random numbers (per PE) --------------------------------------------------------------- */
+int CrnRand(void);
+double CrnDrand(void);
+void CrnSrand(unsigned int seed);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ---- pseudo-globals: one PE per process, so PE-private (Cpv) and node-shared (Csv)
+ * variables are plain globals; any C++ type works (std::vector<int> included). ---------- */
+#define CpvDeclare(t, v) t Cpv_##v
+#define CpvStaticDeclare(t, v) static t Cpv_##v
+#define CpvExtern(t, v) extern t Cpv_##v
+#define CpvInitialize(t, v) ((void)0)
+#define CpvInitialized(v) 1
+#define CpvAccess(v) Cpv_##v
+#define CpvAccessOther(v, r) Cpv_##v
+#define CsvDeclare(t, v) t Csv_##v
+#define CsvStaticDeclare(t, v) static t Csv_##v
+#define CsvExtern(t, v) extern t Csv_##v
+#define CsvInitialize(t, v) ((void)0)
+#define CsvInitialized(v) 1
+#define CsvAccess(v) Csv_##v
+
+#endif /* COVERSE_CONVERSE_H */

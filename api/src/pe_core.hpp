@@ -1,0 +1,296 @@
+// The machine core of one PE: start-up (launcher registration, data mesh), the handler
+// table, the handle table of sends, send paths (to self, point to point, spanning-tree and
+// flat broadcast), the network and scheduler queues, dispatch, barriers, reductions,
+// conditions and timed callbacks, and shutdown. The Converse facade (converse.cpp) and the
+// coroutine API (coverse.cpp) are thin layers over it.
+//
+// Send handle stages: free -> in flight (frame queued on the mesh) -> completed (bytes in
+// the kernel; an AndFree buffer is freed) -> released (the user's CmiReleaseCommHandle, or
+// at once for internal handles). One place, finish_send(), completes a handle exactly once.
+#pragma once
+
+#include <converse.h>
+
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <coverse/coverse.hpp>
+#include <coverse/net/bootstrap.hpp>
+#include <coverse/net/mesh.hpp>
+#include <coverse/net/transport.hpp>
+#include <coverse/runtime/scheduler.hpp>
+#include <coverse/runtime/task.hpp>
+#include <coverse/runtime/trace.hpp>
+
+#include "cqs.hpp"
+
+namespace coverse::detail {
+
+/// The Converse header at the start of every message (CmiMsgHeaderBasic in converse.h).
+inline CmiMsgHeaderBasic* header_of(void* msg) noexcept {
+    return static_cast<CmiMsgHeaderBasic*>(msg);
+}
+
+/// Handler indices the machine uses itself; user handlers never reach them.
+inline constexpr std::uint32_t internal_handler_base = 0xFFFF'0000u;
+enum class internal_handler : std::uint32_t {
+    reduce_contribution = internal_handler_base,
+    reduce_struct_result,
+    sum_result,  // coroutine API reduce_sum: the total at PE 0
+    sum_final,   // coroutine API reduce_sum: the total broadcast to every PE
+};
+
+/// What a pup_er points at: coverse sizes and packs (reductions of structs), never unpacks.
+struct pup_cursor {
+    int mode;  // 0 sizing, 1 packing
+    std::size_t size = 0;
+    std::byte* out = nullptr;
+};
+
+/// Protocol of a send, by size (trace events and coverse-trace use the numbers).
+enum class send_protocol : std::uint8_t { inline_send = 0, stream = 1 };
+
+/// Coroutines waiting for a state change; notify_all() reschedules every one of them.
+class wait_list {
+public:
+    auto wait() noexcept {
+        struct awaiter {
+            wait_list& l;
+            bool await_ready() const noexcept { return false; }
+            void await_suspend(std::coroutine_handle<> h) { l._waiters.push_back(h); }
+            void await_resume() const noexcept {}
+        };
+        return awaiter{*this};
+    }
+    void notify_all();
+    bool empty() const noexcept { return _waiters.empty(); }
+
+private:
+    std::vector<std::coroutine_handle<>> _waiters;
+};
+
+struct start_options {
+    std::uint32_t num_pes_flag = 0;  // +pN (0: not given)
+    bool set_affinity = false;       // +setcpuaffinity
+    bool verbose = false;            // ++verbose
+};
+
+class pe_core {
+public:
+    /// Starts the PE: consumes runtime flags from argv, launches itself when started with
+    /// +pN and no launcher (then never returns), registers with the launcher, builds the
+    /// mesh. Throws std::runtime_error with a clear message on failure.
+    pe_core(int& argc, char** argv);
+    ~pe_core();
+    pe_core(const pe_core&) = delete;
+    pe_core& operator=(const pe_core&) = delete;
+
+    static pe_core* instance() noexcept { return _instance; }
+    /// The running core, or a clear abort when the runtime is not initialised.
+    static pe_core& get(const char* caller);
+
+    std::uint32_t pe() const noexcept { return _pe; }
+    std::uint32_t num_pes() const noexcept { return _num_pes; }
+    scheduler& sched() noexcept { return *_sched; }
+    machine& api() noexcept { return _machine; }
+    double wall_time() const noexcept;
+
+    // ---- handlers ------------------------------------------------------------------
+    int register_handler(CmiHandler h, CmiHandlerEx hx, void* user);
+    void set_internal_handler(internal_handler which, CmiHandlerEx hx, void* user) {
+        _internal[static_cast<std::uint32_t>(which)] = handler_entry{nullptr, hx, user};
+    }
+    void number_handler(int n, CmiHandler h, CmiHandlerEx hx, void* user);
+    CmiHandler handler_function(int n) const noexcept;
+
+    // ---- sends ---------------------------------------------------------------------
+    enum class ownership { copy, take, borrow };  // Sync, AndFree, Async
+    /// Sends one message to `dest`. Returns the user's handle for borrow (0 when the send
+    /// already finished), else nullptr.
+    CmiCommHandle send(int dest, int size, void* msg, ownership own, const char* caller);
+    /// A send to several PEs sharing one buffer (list send, multicast, flat broadcast).
+    CmiCommHandle send_many(std::span<const int> pes, int size, void* msg, ownership own,
+                            const char* caller);
+    CmiCommHandle broadcast(int size, void* msg, ownership own, bool include_self,
+                            const char* caller);
+    bool handle_done(CmiCommHandle h, const char* caller);
+    void release_handle(CmiCommHandle h, const char* caller);
+    bool all_sends_done() const noexcept { return _sends_in_flight == 0; }
+    /// Coroutine form of a send; completes when the buffer may be reused.
+    task<void> send_async(std::uint32_t dest, std::span<const std::byte> msg);
+    task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
+
+    // ---- groups ----------------------------------------------------------------------
+    CmiGroup establish_group(int npes, const int* pes);
+    const std::vector<int>& group(CmiGroup g, const char* caller) const;
+
+    // ---- scheduling --------------------------------------------------------------------
+    int schedule(int max_msgs, bool poll_only);
+    void exit_scheduler() noexcept { _exit_requested = true; }
+    bool enqueue(void* msg, int strategy, int priobits, const void* prio);
+    std::size_t queue_length() const noexcept { return _sched_queue.size(); }
+    int deliver_network(int max_msgs);
+    void deliver_specific(int handler);
+    void* get_non_local();
+    void handle_message(void* msg);
+
+    // ---- collectives -------------------------------------------------------------------
+    task<void> barrier(bool zero_only);
+    void reduce(void* msg, int size, CmiReduceMergeFn merge);
+    void reduce_struct(void* data, CmiReducePupFn pup, CmiReduceMergeFn merge, CmiHandler dest,
+                       CmiReduceDeleteFn del);
+    static int span_parent(int pe) noexcept { return pe == 0 ? -1 : (pe - 1) / 4; }
+    int span_children(int pe, int* out) const noexcept;
+
+    // ---- conditions ----------------------------------------------------------------------
+    int call_on_condition(int cond, CcdVoidFn fn, void* arg, bool keep);
+    void cancel_condition(int cond, int idx, bool keep);
+    void raise_condition(int cond);
+    void call_after(CcdVoidFn fn, void* arg, double msecs);
+
+    // ---- I/O through the launcher ------------------------------------------------------------
+    void print(std::string_view text, bool to_stderr);
+    std::optional<std::string> read_line();
+    [[noreturn]] void abort_job(const std::string& text);
+
+    // ---- exit ------------------------------------------------------------------------------
+    /// Finishes every pending send, runs the disconnect handshake, closes everything.
+    void shutdown();
+    bool shut_down() const noexcept { return _shut_down; }
+
+    /// The arguments left after the runtime's flags were consumed.
+    const start_options& options() const noexcept { return _opts; }
+
+private:
+    struct handler_entry {
+        CmiHandler fn = nullptr;
+        CmiHandlerEx fnx = nullptr;
+        void* user = nullptr;
+    };
+    struct handle_slot {
+        std::uint32_t generation = 1;
+        std::uint32_t pending = 0;  // frames still in flight
+        bool in_use = false;
+        bool user_owned = false;  // returned to the user: released by CmiReleaseCommHandle
+        bool released = false;
+        void* free_when_done = nullptr;  // AndFree buffer (refcounted if shared)
+        std::uint64_t trace_id = 0;
+    };
+    struct reduction {
+        bool local_in = false;
+        bool is_struct = false;
+        void* local = nullptr;
+        int local_size = 0;
+        std::vector<void*> remote;
+        CmiReduceMergeFn merge = nullptr;
+        CmiReducePupFn pup = nullptr;
+        CmiHandler dest = nullptr;
+        CmiReduceDeleteFn del = nullptr;
+    };
+    struct timed_call {
+        double due;
+        CcdVoidFn fn;
+        void* arg;
+        bool operator>(const timed_call& o) const noexcept { return due > o.due; }
+    };
+    struct condition_cb {
+        CcdVoidFn fn;
+        void* arg;
+        int id;
+    };
+
+    void consume_flags(int& argc, char** argv);
+    void start_networked(const net::launch_info& info);
+    task<void> receive_loop();
+    void on_frame(net::received r);
+    void on_barrier_frame(std::uint32_t from, const net::frame& f);
+
+    std::uint32_t acquire_slot(const char* caller);
+    task<void> wait_for_slot();
+    static task<void> timer_task(pe_core* self, double due);
+    CmiCommHandle user_handle(std::uint32_t slot) const noexcept;
+    std::uint32_t slot_of(CmiCommHandle h, const char* caller) const;
+    void slot_sent(std::uint32_t slot);
+    void free_slot(std::uint32_t slot);
+    void start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std::uint32_t slot,
+                     std::uint16_t flags, std::uint32_t tag);
+    task<void> frame_task(std::uint32_t dest, void* buf, std::uint32_t size, std::uint32_t slot,
+                          std::uint16_t flags, std::uint32_t tag);
+    task<void> forward_task(std::vector<std::uint32_t> to, net::frame f);
+    void deliver_local(void* owned_copy, std::uint32_t size);
+    void trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t size);
+    std::vector<std::uint32_t> tree_children(std::uint32_t root, std::uint32_t of) const;
+    void* next_message();
+    void call_handler(void* msg);
+    void run_idle_wait();
+    void fire_timers();
+    void reduce_progress(std::uint32_t seq);
+    void reduce_contribution(void* msg);
+    reduction& reduction_for(std::uint32_t seq);
+    [[noreturn]] void fatal(const std::string& text);
+
+    static pe_core* _instance;
+
+    start_options _opts;
+    std::uint32_t _pe = 0;
+    std::uint32_t _num_pes = 1;
+    std::chrono::steady_clock::time_point _t0;
+
+    std::unique_ptr<scheduler> _sched;
+    std::unique_ptr<net::backend> _backend;
+    std::unique_ptr<net::mesh> _mesh;
+    std::unique_ptr<net::launcher_client> _launcher;
+    // TRACE: std::unique_ptr<trace::session> _trace; (issue 6 integration)
+    std::string _backend_why;
+    bool _broadcast_tree = true;
+    std::uint32_t _small_boundary = 2048;
+
+    std::vector<handler_entry> _handlers;
+    std::map<std::uint32_t, handler_entry> _internal;
+
+    std::vector<handle_slot> _slots;
+    std::vector<std::uint32_t> _free_slots;
+    std::uint64_t _sends_in_flight = 0;
+    wait_list _slot_waiters;
+    wait_list _send_waiters;  // woken whenever a send completes
+    std::vector<std::uint64_t> _send_seq;
+    std::vector<std::uint64_t> _recv_seq;
+    std::uint64_t _recv_ids = 0;
+
+    std::deque<void*> _net_queue;
+    priority_queue_cqs _sched_queue;
+    bool _exit_requested = false;
+    bool _idle = false;
+
+    std::uint32_t _barrier_epoch = 0;
+    std::uint32_t _zero_epoch = 0;
+    std::map<std::uint32_t, std::uint32_t> _barrier_arrivals;  // epoch -> count (PE 0)
+    std::uint32_t _barrier_released = 0;                       // highest released epoch
+    wait_list _barrier_waiters;
+
+    std::map<std::uint32_t, reduction> _reductions;
+    std::uint32_t _reduce_seq = 0;
+
+    std::vector<std::vector<condition_cb>> _conditions;
+    std::vector<std::vector<condition_cb>> _conditions_keep;
+    int _condition_ids = 0;
+    std::vector<timed_call> _timed;  // min-heap on due
+    double _armed_due = -1;          // the timed callback a timer task wakes the loop for
+
+    std::vector<std::vector<int>> _groups;
+
+    bool _receiving = false;
+    bool _shut_down = false;
+    machine _machine{*this};
+};
+
+}  // namespace coverse::detail
