@@ -419,24 +419,30 @@ void pe_core::start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std
     trace_send(_slots[slot].trace_id, dest, size);
     ++_send_seq[dest];
     ++_slots[slot].pending;
-    _sched->spawn(frame_task(dest, buf, size, slot, flags, tag), "send");
-}
-
-task<void> pe_core::frame_task(std::uint32_t dest, void* buf, std::uint32_t size,
-                               std::uint32_t slot, std::uint16_t flags, std::uint32_t tag) {
     net::frame_header h;
     h.type = net::frame_type::standard;
     h.flags = flags;
-    h.source_pe = _pe;
-    h.payload_length = size;
     h.tag = tag;
-    const int rc = co_await _mesh->send(
-        dest, h, std::span<const std::byte>(static_cast<std::byte*>(buf), size));
-    if (rc < 0 && !_shut_down)
-        fatal("PE " + std::to_string(_pe) + " could not send " + std::to_string(size) +
-              " bytes to PE " + std::to_string(dest) + ": " + std::strerror(-rc) +
-              (rc == -ENOTCONN ? " (that PE has exited or failed)" : ""));
-    slot_sent(slot);
+    // Posted, not awaited: no coroutine frame per message; the writer calls back.
+    const int rc = _mesh->post(
+        dest, h, std::span<const std::byte>(static_cast<std::byte*>(buf), size),
+        &pe_core::frame_sent, reinterpret_cast<void*>(static_cast<std::uintptr_t>(slot)));
+    if (rc < 0) frame_sent(reinterpret_cast<void*>(static_cast<std::uintptr_t>(slot)), rc, dest);
+}
+
+void pe_core::frame_sent(void* ctx, int result) {
+    frame_sent(ctx, result, 0xFFFF'FFFFu);
+}
+
+void pe_core::frame_sent(void* ctx, int result, std::uint32_t dest) {
+    pe_core& self = *_instance;
+    if (result < 0 && !self._shut_down)
+        self.fatal(
+            "PE " + std::to_string(self._pe) + " could not send a message" +
+            (dest != 0xFFFF'FFFFu ? " to PE " + std::to_string(dest) : std::string()) + ": " +
+            std::strerror(-result) +
+            (result == -ENOTCONN || result == -EPIPE ? " (that PE has exited or failed)" : ""));
+    self.slot_sent(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(ctx)));
 }
 
 CmiCommHandle pe_core::send(int dest, int size, void* msg, ownership own, const char* caller) {

@@ -223,8 +223,8 @@ private:
     void free_slot(std::uint32_t slot);
     void start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std::uint32_t slot,
                      std::uint16_t flags, std::uint32_t tag);
-    task<void> frame_task(std::uint32_t dest, void* buf, std::uint32_t size, std::uint32_t slot,
-                          std::uint16_t flags, std::uint32_t tag);
+    static void frame_sent(void* ctx, int result);
+    static void frame_sent(void* ctx, int result, std::uint32_t dest);
     task<void> forward_task(std::vector<std::uint32_t> to, net::frame f);
     void deliver_local(void* owned_copy, std::uint32_t size);
     void trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t size);

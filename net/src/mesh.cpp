@@ -389,6 +389,45 @@ task<int> mesh::transmit(connection* c, frame_header header, std::span<const std
     co_return item.result;
 }
 
+int mesh::post(std::uint32_t pe, const frame_header& header, std::span<const std::byte> payload,
+               sent_callback on_sent, void* ctx) {
+    if (pe >= _conns.size() || pe == _cfg.rank) return -EINVAL;
+    connection* c = _conns[pe].get();
+    if (!c || c->st != connection_state::connected) return -ENOTCONN;
+    if (payload.size() > _cfg.max_payload) return -EMSGSIZE;
+    std::unique_ptr<outgoing> o;
+    if (_spare.empty()) {
+        o = std::make_unique<outgoing>();
+    } else {
+        o = std::move(_spare.back());
+        _spare.pop_back();
+    }
+    frame_header h = header;
+    h.source_pe = _cfg.rank;
+    h.payload_length = static_cast<std::uint32_t>(payload.size());
+    encode_header(h, o->header);
+    o->payload = payload;
+    o->on_sent = on_sent;
+    o->ctx = ctx;
+    c->queue.push_back(o.release());
+    c->wake.set();
+    return 0;
+}
+
+void mesh::complete(outgoing* o, int result) {
+    o->result = result;
+    if (!o->on_sent) {
+        o->done.set();
+        return;
+    }
+    const sent_callback cb = o->on_sent;
+    void* ctx = o->ctx;
+    o->on_sent = nullptr;
+    o->payload = {};
+    _spare.emplace_back(o);  // recycled before the callback, which may post again
+    cb(ctx, result);
+}
+
 task<void> mesh::writer(connection* c) {
     std::vector<outgoing*> batch;
     std::vector<std::span<const std::byte>> parts;
@@ -413,10 +452,8 @@ task<void> mesh::writer(connection* c) {
             bytes += header_size + o->payload.size();
         }
         const int r = co_await c->s->send_all(parts);
-        for (outgoing* o : batch) {
-            o->result = r < 0 ? r : 0;
-            o->done.set();
-        }
+        for (outgoing* o : batch)
+            complete(o, r < 0 ? r : 0);
         if (r < 0) {
             if (!(r == -ECANCELED && c->writer_closing))
                 fail(c, "sending to " + c->name + " failed: " + errno_text(r) +
@@ -489,8 +526,7 @@ void mesh::fail(connection* c, const std::string& why) {
     while (!c->queue.empty()) {
         outgoing* o = c->queue.front();
         c->queue.pop_front();
-        o->result = -EPIPE;
-        o->done.set();
+        complete(o, -EPIPE);
     }
     c->wake.set();
     c->bye.set();  // nobody waits for a bye from a dead peer

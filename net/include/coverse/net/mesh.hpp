@@ -88,6 +88,15 @@ public:
     /// different sends are never interleaved. Not cancellable once queued.
     task<int> send(std::uint32_t pe, frame_header header, std::span<const std::byte> payload);
 
+    /// Called once when a posted frame's bytes are in the kernel (0) or failed (-errno).
+    using sent_callback = void (*)(void* ctx, int result);
+    /// send() without a coroutine per frame, for the machine layer's hot path: queues the
+    /// frame exactly like send() and calls `on_sent(ctx, result)` from the writer when it
+    /// is done. `payload` must stay valid until then. Returns 0, or -ENOTCONN / -EINVAL /
+    /// -EMSGSIZE at once (and then never calls on_sent).
+    int post(std::uint32_t pe, const frame_header& header, std::span<const std::byte> payload,
+             sent_callback on_sent, void* ctx);
+
     /// The next received frame, in order per peer; nullopt once every peer has
     /// disconnected and everything received was handed out. Throws mesh_error once a peer
     /// failed (after handing out what arrived before the failure).
@@ -124,7 +133,12 @@ private:
         std::span<const std::byte> payload;
         int result = 0;
         done_flag done;
+        sent_callback on_sent = nullptr;  // set: a posted frame, owned by the mesh
+        void* ctx = nullptr;
     };
+    /// Completes a frame once: wakes its sender, or calls back and recycles a posted one.
+    void complete(outgoing* o, int result);
+    std::vector<std::unique_ptr<outgoing>> _spare;  // recycled posted frames
     struct connection;
 
     task<void> establish_all();
