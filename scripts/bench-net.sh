@@ -5,6 +5,7 @@
 # Usage: scripts/bench-net.sh [--install-mpi] [--build-dir DIR] [bench_net args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib-bench.sh
 
 build=build/release
 install_mpi=0
@@ -19,12 +20,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-if [ "$install_mpi" = 1 ] && ! command -v mpirun >/dev/null; then
-    echo "bench-net: installing openmpi-bin libopenmpi-dev" >&2
-    [ "$(id -u)" -ne 0 ] && sudo=sudo || sudo=
-    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
-        --no-install-recommends openmpi-bin libopenmpi-dev >/dev/null
-fi
+if [ "$install_mpi" = 1 ]; then bench_install_mpi bench-net; fi
 
 if [ ! -x "$build/tools/bench/bench_net" ]; then
     cmake --preset release >/dev/null && cmake --build --preset release --target bench_net
@@ -35,12 +31,10 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 "$build/tools/bench/bench_net" --json "${args[@]}" >"$out"
 
-if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
+if bench_have_mpi; then
     mpicc -O2 -o "$build/mpi_pingpong" tools/bench/mpi_pingpong.c
     echo "bench-net: running openmpi-tcp ..." >&2
-    mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core \
-        --mca btl tcp,self --mca pml ob1 --mca btl_tcp_if_include lo \
-        "$build/mpi_pingpong" >>"$out"
+    bench_mpirun_tcp 2 "$build/mpi_pingpong" >>"$out"
 else
     echo "bench-net: Open MPI not installed: no MPI column (--install-mpi adds it)" >&2
 fi

@@ -1,0 +1,57 @@
+# shellcheck shell=bash
+# Shell functions the benchmark scripts share (sourced, not run): installing Open MPI,
+# building release targets, and running mpirun over Open MPI's TCP path as MEASURED.md
+# compares it. Callers run from the repository root with `set -euo pipefail`.
+
+# bench_install_mpi PREFIX: installs Debian's Open MPI (mpirun, mpicc) unless mpirun exists.
+bench_install_mpi() {
+    command -v mpirun >/dev/null && command -v mpicc >/dev/null && return 0
+    echo "$1: installing openmpi-bin libopenmpi-dev" >&2
+    local sudo=
+    [ "$(id -u)" -ne 0 ] && sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+        openmpi-bin libopenmpi-dev >/dev/null
+}
+
+# bench_have_mpi: true when both mpirun and mpicc are on PATH.
+bench_have_mpi() {
+    command -v mpirun >/dev/null && command -v mpicc >/dev/null
+}
+
+# bench_build BUILD_DIR TARGET...: configures (the release preset when BUILD_DIR is
+# build/release) and builds the targets that exist in that build; a target the build does
+# not define (coverse-run before the launcher lands) is left out, never faked.
+bench_build() {
+    local dir=$1
+    shift
+    if [ "$dir" = build/release ]; then
+        cmake --preset release >/dev/null
+    elif [ ! -f "$dir/CMakeCache.txt" ]; then
+        echo "bench: $dir is not a configured build directory" >&2
+        return 1
+    fi
+    local known targets=()
+    known=$(cmake --build "$dir" --target help 2>/dev/null)
+    for t in "$@"; do
+        grep -q "^$t:" <<<"$known" && targets+=("$t")
+    done
+    [ ${#targets[@]} -eq 0 ] && return 0
+    cmake --build "$dir" -j "${BENCH_JOBS:-$(nproc)}" --target "${targets[@]}"
+}
+
+# bench_mpirun_tcp NP PROGRAM ARGS...: runs PROGRAM on NP ranks over Open MPI's TCP path
+# (ob1 with the tcp and self BTLs on loopback, ranks bound to cores). The pml is pinned to
+# ob1: Debian's Open MPI would otherwise pick UCX, and the BTL list would be ignored. As
+# root (containers), mpirun needs both the flag and the environment variables.
+bench_mpirun_tcp() {
+    local np=$1
+    shift
+    local root=()
+    if [ "$(id -u)" -eq 0 ]; then
+        root=(--allow-run-as-root)
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    fi
+    mpirun "${root[@]}" --oversubscribe -np "$np" --bind-to core \
+        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$@"
+}

@@ -1,0 +1,87 @@
+// coverse-perf through the launcher: every test on 2 PEs (pingpong, bw, rate between PE 0 and
+// PE 1) and the collectives on 4 PEs. Fields and values are checked, never timings: CI
+// machines are noisy, so a number only has to be there and be positive.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "perf_test_support.hpp"
+
+namespace {
+
+using namespace coverse::perf_test;
+
+const std::string perf = COVERSE_PERF_PATH;
+const std::string launcher = COVERSE_RUN_PATH;
+
+std::vector<json_object> json_lines(const run_result& r) {
+    std::vector<json_object> out;
+    for (const auto& line : lines_of(r.out)) {
+        auto o = parse_flat_object(line);
+        EXPECT_TRUE(o) << "not a flat JSON object: " << line;
+        if (o) out.push_back(*o);
+    }
+    return out;
+}
+
+// The sizes each test reported, checking the fields every line of it must carry.
+std::map<std::string, std::multiset<double>> check_lines(const std::vector<json_object>& lines,
+                                                         int pes) {
+    std::map<std::string, std::multiset<double>> seen;
+    for (const auto& o : lines) {
+        const std::string t = text(o, "test");
+        EXPECT_EQ(text(o, "impl"), "coverse");
+        EXPECT_EQ(number(o, "pes"), pes) << t;
+        EXPECT_GT(number(o, "iters"), 0) << t;
+        if (t == "pingpong") {
+            EXPECT_GT(number(o, "lat_us"), 0);
+            EXPECT_GT(number(o, "p50_us"), 0);
+        } else if (t == "bw") {
+            EXPECT_GT(number(o, "mbps"), 0);
+            EXPECT_EQ(number(o, "window"), 64);
+        } else if (t == "rate") {
+            EXPECT_GT(number(o, "msgs_per_s"), 0);
+            EXPECT_EQ(number(o, "window"), 64);
+        } else if (t == "bcast" || t == "barrier") {
+            EXPECT_GT(number(o, "lat_us"), 0) << t;
+        } else {
+            ADD_FAILURE() << "unknown test " << t;
+        }
+        seen[t].insert(t == "barrier" ? 0 : number(o, "bytes"));
+    }
+    return seen;
+}
+
+TEST(perf_two_pes, pingpong_bw_and_rate_report_every_size) {
+    const auto r = run({launcher, "-n", "2", perf, "--quick", "--json", "--sizes", "8,65536"});
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    auto seen = check_lines(json_lines(r), 2);
+    EXPECT_EQ(seen["pingpong"], (std::multiset<double>{8, 65536}));
+    EXPECT_EQ(seen["bw"], (std::multiset<double>{8, 65536}));
+    EXPECT_EQ(seen["rate"], (std::multiset<double>{8}));
+    // Every test fits 2 PEs, so the default list runs the collectives too.
+    EXPECT_EQ(seen["bcast"], (std::multiset<double>{8, 65536}));
+    EXPECT_EQ(seen["barrier"].size(), 1u);
+    EXPECT_EQ(r.err.find("skipped"), std::string::npos) << r.err;
+}
+
+TEST(perf_four_pes, bcast_and_barrier) {
+    const auto r =
+        run({launcher, "-n", "4", perf, "--quick", "--json", "--tests", "bcast,barrier"});
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    auto seen = check_lines(json_lines(r), 4);
+    EXPECT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen["bcast"], (std::multiset<double>{8}));
+    EXPECT_EQ(seen["barrier"].size(), 1u);
+}
+
+TEST(perf_two_pes, help_and_bad_arguments_through_the_launcher) {
+    const auto help = run({launcher, "-n", "2", perf, "--help"});
+    EXPECT_EQ(help.status, 0) << help.err;
+    EXPECT_NE(help.out.find("pingpong"), std::string::npos);
+    const auto bad = run({launcher, "-n", "2", perf, "--bogus"});
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.err.find("unknown argument"), std::string::npos) << bad.err;
+}
+
+}  // namespace

@@ -1,0 +1,342 @@
+// coverse-perf: the project's benchmark, an ordinary Converse program. PE 0 drives each test
+// from its start function, running the scheduler (CsdScheduler(-1)) until the test's last
+// handler calls CsdExitScheduler; the other PEs only answer from handlers. At the end PE 0
+// broadcasts "done" and every PE leaves through ConverseExit.
+//
+// Tests: pingpong (PE 0 <-> PE 1, CmiAlloc + CmiSyncSendAndFree from the handler, the usual
+// Converse ping-pong), bw and rate (PE 0 sends windows of W messages, PE 1 acks each window),
+// bcast (CmiSyncBroadcastAllAndFree, every PE acks to PE 0), barrier (CmiBarrier on every PE).
+#include <converse.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "perf_options.hpp"
+#include "perf_report.hpp"
+
+namespace {
+
+using namespace coverse::perf;
+
+constexpr int header_bytes = CmiMsgHeaderSizeBytes;
+
+// One PE per process: the PE's state is plain globals (what CpvDeclare expands to).
+struct handlers {
+    int ping, pong;               // pingpong: PE 1 echoes, PE 0 times
+    int window_data, window_ack;  // bw and rate
+    int bcast, bcast_ack;
+    int barrier_start;
+    int done;
+} h;
+
+options opts;
+
+// PE 0's state of the running test, reset by each test's driver.
+struct run_state {
+    std::size_t msg_bytes = 0;  // header + payload
+    long warmup = 0;
+    long total = 0;  // warmup + measured iterations
+    long done = 0;   // iterations finished
+    double sent_at = 0;
+    double start = 0;
+    double end = 0;
+    std::vector<double> rtt_us;  // pingpong: one round trip per measured iteration
+    int acks = 0;                // bcast: acks of the current broadcast
+} run;
+
+// PE 1's count of window messages; it acks the W-th and starts over.
+int window_received = 0;
+
+void* new_message(std::size_t msg_bytes, int handler) {
+    void* m = CmiAlloc(static_cast<int>(msg_bytes));
+    CmiInitMsgHeader(m, static_cast<int>(msg_bytes));
+    CmiSetHandler(m, handler);
+    return m;
+}
+
+// Counts one finished iteration on PE 0; true when the test is over. The clock starts when
+// the warm-up is done (at once without warm-up: the driver calls this with done == 0).
+bool iteration_done() {
+    const double now = CmiWallTimer();
+    if (run.done == run.warmup) run.start = now;
+    if (run.done == run.total) {
+        run.end = now;
+        return true;
+    }
+    return false;
+}
+
+// ---- pingpong ----------------------------------------------------------------------------
+
+void ping_handler(void* msg) {  // PE 1: the same message goes back
+    CmiSetHandler(msg, h.pong);
+    CmiSyncSendAndFree(0, CmiSize(msg), msg);
+}
+
+void pong_handler(void* msg) {  // PE 0
+    const double now = CmiWallTimer();
+    if (run.done >= run.warmup) run.rtt_us.push_back((now - run.sent_at) * 1e6);
+    if (++run.done == run.total) {
+        CmiFree(msg);
+        CsdExitScheduler();
+        return;
+    }
+    CmiSetHandler(msg, h.ping);
+    run.sent_at = CmiWallTimer();
+    CmiSyncSendAndFree(1, static_cast<int>(run.msg_bytes), msg);
+}
+
+result run_pingpong(std::size_t bytes) {
+    const run_plan plan = plan_for(test_kind::pingpong, bytes, opts);
+    run = run_state{};
+    run.msg_bytes = header_bytes + bytes;
+    run.warmup = plan.warmup;
+    run.total = plan.warmup + plan.iters;
+    run.rtt_us.reserve(static_cast<std::size_t>(plan.iters));
+    void* m = new_message(run.msg_bytes, h.ping);
+    std::memset(static_cast<char*>(m) + header_bytes, 0x5a, bytes);
+    run.sent_at = CmiWallTimer();
+    CmiSyncSendAndFree(1, static_cast<int>(run.msg_bytes), m);
+    CsdScheduler(-1);
+
+    latency_stats s = stats_of(run.rtt_us);
+    result r;
+    r.test = test_kind::pingpong;
+    r.bytes = bytes;
+    r.iters = plan.iters;
+    r.lat_us = s.mean / 2;
+    r.p50_us = s.p50 / 2;
+    return r;
+}
+
+// ---- bw and rate: windows of messages, one ack per window --------------------------------
+
+void send_window() {
+    for (int i = 0; i < opts.window; ++i)
+        CmiSyncSendAndFree(1, static_cast<int>(run.msg_bytes),
+                           new_message(run.msg_bytes, h.window_data));
+}
+
+void window_data_handler(void* msg) {  // PE 1
+    CmiFree(msg);
+    if (++window_received < opts.window) return;
+    window_received = 0;
+    CmiSyncSendAndFree(0, header_bytes, new_message(header_bytes, h.window_ack));
+}
+
+void window_ack_handler(void* msg) {  // PE 0
+    CmiFree(msg);
+    ++run.done;
+    if (iteration_done())
+        CsdExitScheduler();
+    else
+        send_window();
+}
+
+// Returns the measured seconds of plan.iters windows.
+double run_windows(std::size_t bytes, const run_plan& plan) {
+    run = run_state{};
+    run.msg_bytes = header_bytes + bytes;
+    run.warmup = plan.warmup;
+    run.total = plan.warmup + plan.iters;
+    iteration_done();
+    send_window();
+    CsdScheduler(-1);
+    return run.end - run.start;
+}
+
+result run_bw(std::size_t bytes) {
+    const run_plan plan = plan_for(test_kind::bw, bytes, opts);
+    const double secs = run_windows(bytes, plan);
+    result r;
+    r.test = test_kind::bw;
+    r.bytes = bytes;
+    r.iters = plan.iters;
+    r.window = opts.window;
+    r.mbps = static_cast<double>(bytes) * opts.window * plan.iters / secs / 1e6;
+    return r;
+}
+
+result run_rate(std::size_t bytes) {
+    const run_plan plan = plan_for(test_kind::rate, bytes, opts);
+    const double secs = run_windows(bytes, plan);
+    result r;
+    r.test = test_kind::rate;
+    r.bytes = bytes;
+    r.iters = plan.iters;
+    r.window = opts.window;
+    r.msgs_per_s = static_cast<double>(opts.window) * plan.iters / secs;
+    return r;
+}
+
+// ---- bcast -------------------------------------------------------------------------------
+
+void bcast_handler(void* msg) {  // every PE, PE 0 included
+    CmiFree(msg);
+    CmiSyncSendAndFree(0, header_bytes, new_message(header_bytes, h.bcast_ack));
+}
+
+void broadcast_one() {
+    CmiSyncBroadcastAllAndFree(static_cast<int>(run.msg_bytes),
+                               new_message(run.msg_bytes, h.bcast));
+}
+
+void bcast_ack_handler(void* msg) {  // PE 0
+    CmiFree(msg);
+    if (++run.acks < CmiNumPes()) return;
+    run.acks = 0;
+    ++run.done;
+    if (iteration_done())
+        CsdExitScheduler();
+    else
+        broadcast_one();
+}
+
+result run_bcast(std::size_t bytes) {
+    const run_plan plan = plan_for(test_kind::bcast, bytes, opts);
+    run = run_state{};
+    run.msg_bytes = header_bytes + bytes;
+    run.warmup = plan.warmup;
+    run.total = plan.warmup + plan.iters;
+    iteration_done();
+    broadcast_one();
+    CsdScheduler(-1);
+    result r;
+    r.test = test_kind::bcast;
+    r.bytes = bytes;
+    r.iters = plan.iters;
+    r.lat_us = (run.end - run.start) / static_cast<double>(plan.iters) * 1e6;
+    return r;
+}
+
+// ---- barrier -----------------------------------------------------------------------------
+
+struct barrier_request {
+    std::int64_t count;  // warm-up + measured barriers
+};
+
+void barrier_start_handler(void* msg) {  // PEs 1..N-1: barriers from inside the handler
+    barrier_request req;
+    std::memcpy(&req, static_cast<char*>(msg) + header_bytes, sizeof req);
+    CmiFree(msg);
+    for (std::int64_t i = 0; i < req.count; ++i)
+        CmiBarrier();
+}
+
+result run_barrier() {
+    const run_plan plan = plan_for(test_kind::barrier, 0, opts);
+    const barrier_request req{plan.warmup + plan.iters};
+    void* m = new_message(header_bytes + sizeof req, h.barrier_start);
+    std::memcpy(static_cast<char*>(m) + header_bytes, &req, sizeof req);
+    CmiSyncBroadcastAndFree(header_bytes + static_cast<int>(sizeof req), m);
+    for (long i = 0; i < plan.warmup; ++i)
+        CmiBarrier();
+    const double start = CmiWallTimer();
+    for (long i = 0; i < plan.iters; ++i)
+        CmiBarrier();
+    const double secs = CmiWallTimer() - start;
+    result r;
+    r.test = test_kind::barrier;
+    r.iters = plan.iters;
+    r.lat_us = secs / static_cast<double>(plan.iters) * 1e6;
+    return r;
+}
+
+// ---- the driver --------------------------------------------------------------------------
+
+void done_handler(void* msg) {
+    CmiFree(msg);
+    CsdExitScheduler();
+}
+
+void report(result r) {
+    r.pes = CmiNumPes();
+    const std::string line = opts.json ? json_line(r) : table_row(r);
+    CmiPrintf("%s", line.c_str());
+}
+
+// A test that needs more PEs is skipped with a note, which keeps --json's stdout pure JSON.
+void note(const std::string& text) {
+    if (opts.json)
+        CmiError("coverse-perf: %s\n", text.c_str());
+    else
+        CmiPrintf("%s\n", text.c_str());
+}
+
+result run_one(test_kind t, std::size_t bytes) {
+    switch (t) {
+        case test_kind::pingpong:
+            return run_pingpong(bytes);
+        case test_kind::bw:
+            return run_bw(bytes);
+        case test_kind::rate:
+            return run_rate(bytes);
+        case test_kind::bcast:
+            return run_bcast(bytes);
+        case test_kind::barrier:
+            return run_barrier();
+    }
+    CmiAbort("coverse-perf: unknown test %d", static_cast<int>(t));
+}
+
+void run_tests() {
+    const int pes = CmiNumPes();
+    std::vector<test_kind> runnable;
+    for (test_kind t : opts.tests.empty() ? all_tests() : opts.tests) {
+        if (pes >= min_pes(t))
+            runnable.push_back(t);
+        else
+            note(std::string(test_name(t)) + ": skipped, needs " + std::to_string(min_pes(t)) +
+                 " PEs (this job has " + std::to_string(pes) + "); run it with coverse-run -n 2");
+    }
+    if (!opts.json) {
+        CmiPrintf(
+            "coverse-perf: %d PE%s, window %d%s; latencies one-way, sizes are payload "
+            "bytes\n",
+            pes, pes == 1 ? "" : "s", opts.window, opts.quick ? ", --quick (rough numbers)" : "");
+        CmiPrintf("%s", table_header().c_str());
+    }
+    for (test_kind t : runnable)
+        for (std::size_t bytes : sizes_for(t, opts))
+            report(run_one(t, bytes));
+}
+
+void start(int argc, char** argv) {
+    // Every PE registers the same handlers in the same order before any message arrives.
+    h.ping = CmiRegisterHandler(ping_handler);
+    h.pong = CmiRegisterHandler(pong_handler);
+    h.window_data = CmiRegisterHandler(window_data_handler);
+    h.window_ack = CmiRegisterHandler(window_ack_handler);
+    h.bcast = CmiRegisterHandler(bcast_handler);
+    h.bcast_ack = CmiRegisterHandler(bcast_ack_handler);
+    h.barrier_start = CmiRegisterHandler(barrier_start_handler);
+    h.done = CmiRegisterHandler(done_handler);
+
+    std::string error;
+    auto parsed = parse_options(argc > 0 ? argc - 1 : 0, argv + (argc > 0), error);
+    if (!parsed || parsed->help) {
+        // Every PE parsed the same argv, so every PE leaves here, with the same status.
+        if (CmiMyPe() == 0) {
+            const std::string usage = usage_text();
+            if (parsed)
+                CmiPrintf("%s", usage.c_str());
+            else
+                CmiError("coverse-perf: %s\n%s", error.c_str(), usage.c_str());
+        }
+        ConverseExit(parsed ? 0 : 2);
+    }
+    opts = *parsed;
+
+    if (CmiMyPe() != 0) return;  // to the scheduler (ConverseInit), until "done"
+    run_tests();
+    CmiSyncBroadcastAllAndFree(header_bytes, new_message(header_bytes, h.done));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ConverseInit(argc, argv, start, 0, 0);
+    return 0;  // not reached: ConverseInit exits through ConverseExit
+}
