@@ -199,6 +199,61 @@ TEST_P(mesh_test, four_pes_all_to_all_in_order) {
     EXPECT_EQ(total.load(), 4u * 3u * 2000u);
 }
 
+// post() is send() without a coroutine per frame: frames posted and awaited to one peer
+// stay in one order, every callback runs exactly once with 0, and a post to ourselves or to
+// a PE out of range fails at once without a callback.
+struct post_counter {
+    int ok = 0;
+    int failed = 0;
+    static void on_sent(void* ctx, int result) {
+        auto* c = static_cast<post_counter*>(ctx);
+        (result == 0 ? c->ok : c->failed)++;
+    }
+};
+
+task<void> post_and_receive(std::uint32_t r, mesh& m, int n) {
+    const std::uint32_t peer = 1 - r;
+    post_counter counter;
+    std::vector<std::vector<std::byte>> payloads(static_cast<std::size_t>(n));
+    frame_header h;
+    for (int i = 0; i < n; ++i) {
+        payloads[i].resize(static_cast<std::size_t>(i % 300));
+        fill(payloads[i], r, static_cast<std::uint32_t>(i));
+        h.tag = 0;
+        if (i % 10 == 9) {  // every tenth frame awaited, between posted ones
+            const int rc = co_await m.send(peer, h, payloads[i]);
+            if (rc != 0) throw std::runtime_error("send failed: " + std::to_string(rc));
+        } else if (m.post(peer, h, payloads[i], &post_counter::on_sent, &counter) != 0) {
+            throw std::runtime_error("post failed");
+        }
+    }
+    if (m.post(r, h, {}, &post_counter::on_sent, &counter) != -EINVAL)
+        throw std::runtime_error("a post to ourselves must fail with -EINVAL");
+    if (m.post(7, h, {}, &post_counter::on_sent, &counter) != -EINVAL)
+        throw std::runtime_error("a post to PE 7 of 2 must fail with -EINVAL");
+    for (int i = 0; i < n; ++i) {
+        auto got = co_await m.receive();
+        if (!got || got->from != peer)
+            throw std::runtime_error("missing frame " + std::to_string(i));
+        if (got->frame.header.payload_length != static_cast<std::uint32_t>(i % 300) ||
+            !check(got->frame.payload_bytes(), peer, static_cast<std::uint32_t>(i)))
+            throw std::runtime_error("frame " + std::to_string(i) + " out of order or corrupt");
+    }
+    while (counter.ok + counter.failed < n - n / 10)
+        co_await yield();
+    if (counter.ok != n - n / 10 || counter.failed != 0)
+        throw std::runtime_error("callbacks: " + std::to_string(counter.ok) + " ok, " +
+                                 std::to_string(counter.failed) + " failed");
+}
+
+TEST_P(mesh_test, posted_and_awaited_frames_keep_one_order_and_each_callback_runs_once) {
+    auto res = run_job(2, GetParam(),
+                       [](std::uint32_t r, mesh& m) { return post_and_receive(r, m, 5000); });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    EXPECT_EQ(res.errors[0], "");
+    EXPECT_EQ(res.errors[1], "");
+}
+
 TEST_P(mesh_test, hundred_thousand_mixed_messages_up_to_64_mib_in_order) {
     std::atomic<std::uint64_t> total{0};
     auto res = run_job(2, GetParam(), [&](std::uint32_t r, mesh& m) {
