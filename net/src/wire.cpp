@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include <coverse/net/detail/little_endian.hpp>
 
@@ -50,6 +51,25 @@ constexpr std::size_t exit_code = 0, origin_pe = 4, text = 8;
 static_assert(origin_pe == exit_code + 4 && text == origin_pe + 4 &&
               abort_payload::wire_size == text);
 }  // namespace abort_off
+namespace register_off {
+constexpr std::size_t node = 0, pe_count = 4, data_port = 8, reserved = 10, protocol_version = 12,
+                      machine_id = 16, job_key = 24, ip = 32;
+static_assert(pe_count == node + 4 && data_port == pe_count + 4 && reserved == data_port + 2 &&
+              protocol_version == reserved + 2 && machine_id == protocol_version + 4 &&
+              job_key == machine_id + 8 && ip == job_key + 8 &&
+              register_node_payload::wire_size == ip);
+}  // namespace register_off
+namespace node_table_off {
+constexpr std::size_t status = 0, count = 4, records = 8;
+static_assert(count == status + 4 && records == count + 4 &&
+              node_table_payload::wire_size == records);
+}  // namespace node_table_off
+namespace record_off {
+constexpr std::size_t machine_id = 0, node = 8, pe_count = 12, data_port = 16, ip_length = 18,
+                      ip = 20;
+static_assert(node == machine_id + 8 && pe_count == node + 4 && data_port == pe_count + 4 &&
+              ip_length == data_port + 2 && ip == ip_length + 2 && node_record::wire_size == ip);
+}  // namespace record_off
 
 template <class T>
 void put(std::byte* base, wire_field f, T value) noexcept {
@@ -113,6 +133,10 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "scan";
         case frame_type::scan_reply:
             return "scan_reply";
+        case frame_type::register_node:
+            return "register_node";
+        case frame_type::node_table:
+            return "node_table";
     }
     return "unknown";
 }
@@ -180,6 +204,10 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::exact, disconnect_payload::wire_size};
         case frame_type::abort:
             return {k::at_least, abort_payload::wire_size};
+        case frame_type::register_node:
+            return {k::at_least, register_node_payload::wire_size};
+        case frame_type::node_table:
+            return {k::at_least, node_table_payload::wire_size};
         default:
             return {k::any, 0};
     }
@@ -291,6 +319,23 @@ decode_error validate_payload(const frame_header& header, std::span<const std::b
             return decode_disconnect(payload, limits).error;
         case frame_type::abort:
             return decode_abort(payload, limits).error;
+        case frame_type::register_node: {
+            auto d = decode_register_node(payload, limits);
+            if (!d.ok()) return d.error;
+            // Like hello: the registration speaks for the connection's PE.
+            if (d.value.node != header.source_pe) {
+                return fail(decode_status::invalid_field, header.type,
+                            "register_node.node/source_pe", d.value.node, header.source_pe);
+            }
+            return {};
+        }
+        case frame_type::node_table:
+            // Only the launcher hands out node tables.
+            if (header.source_pe != launcher_pe) {
+                return fail(decode_status::invalid_field, header.type, "node_table/source_pe",
+                            header.source_pe, launcher_pe);
+            }
+            return decode_node_table(payload, limits).error;
         default:
             return {};
     }
@@ -508,6 +553,223 @@ decoded<abort_payload> decode_abort(std::span<const std::byte> b,
     return r;
 }
 
+namespace {
+
+// An IP address or host name as text: 1..max_ip_text printable ASCII bytes, no space.
+// Returns the offending value (length, or the first bad byte) when it is not one.
+std::optional<std::uint64_t> bad_ip_text(std::string_view ip) noexcept {
+    if (ip.empty() || ip.size() > max_ip_text) return ip.size();
+    for (char c : ip) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x21 || u > 0x7E) return u;
+    }
+    return std::nullopt;
+}
+
+std::string_view text_at(std::span<const std::byte> b, std::size_t offset,
+                         std::size_t length) noexcept {
+    return std::string_view(reinterpret_cast<const char*>(b.data()) + offset, length);
+}
+
+void put_text(std::byte* out, std::string_view text) noexcept {
+    for (std::size_t i = 0; i < text.size(); ++i)
+        out[i] = static_cast<std::byte>(text[i]);
+}
+
+}  // namespace
+
+std::vector<std::byte> encode(const register_node_payload& v) {
+    std::vector<std::byte> out(register_node_payload::wire_size + v.ip.size());
+    std::byte* p = out.data();
+    store_le<std::uint32_t>(p + register_off::node, v.node);
+    store_le<std::uint32_t>(p + register_off::pe_count, v.pe_count);
+    store_le<std::uint16_t>(p + register_off::data_port, v.data_port);
+    store_le<std::uint32_t>(p + register_off::protocol_version, v.protocol_version);
+    store_le<std::uint64_t>(p + register_off::machine_id, v.machine_id);
+    store_le<std::uint64_t>(p + register_off::job_key, v.job_key);
+    put_text(p + register_off::ip, v.ip);
+    return out;
+}
+
+decoded<register_node_payload> decode_register_node(std::span<const std::byte> b,
+                                                    const decode_limits& limits) noexcept {
+    constexpr auto type = frame_type::register_node;
+    decoded<register_node_payload> r;
+    if (b.size() < register_node_payload::wire_size) {
+        r.error = fail(decode_status::payload_length_mismatch, type, "payload_length", b.size(),
+                       register_node_payload::wire_size);
+        return r;
+    }
+    const std::byte* p = b.data();
+    auto& v = r.value;
+    v.node = load_le<std::uint32_t>(p + register_off::node);
+    v.pe_count = load_le<std::uint32_t>(p + register_off::pe_count);
+    v.data_port = load_le<std::uint16_t>(p + register_off::data_port);
+    v.protocol_version = load_le<std::uint32_t>(p + register_off::protocol_version);
+    v.machine_id = load_le<std::uint64_t>(p + register_off::machine_id);
+    v.job_key = load_le<std::uint64_t>(p + register_off::job_key);
+    v.ip = text_at(b, register_off::ip, b.size() - register_off::ip);
+    const auto reserved = load_le<std::uint16_t>(p + register_off::reserved);
+    if (reserved != 0) {
+        r.error = fail(decode_status::reserved_bits_set, type, "register_node.reserved", reserved);
+    } else if (v.protocol_version == 0) {
+        r.error = fail(decode_status::invalid_field, type, "register_node.protocol_version", 0,
+                       protocol_revision);
+    } else if (v.node >= limits.num_pes) {
+        r.error =
+            fail(decode_status::invalid_field, type, "register_node.node", v.node, limits.num_pes);
+    } else if (v.pe_count == 0 || v.pe_count > limits.num_pes - v.node) {
+        r.error = fail(decode_status::invalid_field, type, "register_node.pe_count", v.pe_count,
+                       limits.num_pes - v.node);
+    } else if (v.data_port == 0) {
+        r.error = fail(decode_status::invalid_field, type, "register_node.data_port", 0);
+    } else if (const auto bad = bad_ip_text(v.ip)) {
+        r.error = fail(decode_status::invalid_field, type, "register_node.ip", *bad, max_ip_text);
+    }
+    return r;
+}
+
+std::vector<std::byte> encode_node_table(std::span<const node_record> records) {
+    std::size_t size = node_table_payload::wire_size;
+    for (const node_record& n : records)
+        size += node_record::wire_size + n.ip.size();
+    std::vector<std::byte> out(size);
+    std::byte* p = out.data();
+    store_le<std::uint32_t>(p + node_table_off::status,
+                            static_cast<std::uint32_t>(node_table_status::ok));
+    store_le<std::uint32_t>(p + node_table_off::count, static_cast<std::uint32_t>(records.size()));
+    p += node_table_off::records;
+    for (const node_record& n : records) {
+        store_le<std::uint64_t>(p + record_off::machine_id, n.machine_id);
+        store_le<std::uint32_t>(p + record_off::node, n.node);
+        store_le<std::uint32_t>(p + record_off::pe_count, n.pe_count);
+        store_le<std::uint16_t>(p + record_off::data_port, n.data_port);
+        store_le<std::uint16_t>(p + record_off::ip_length, static_cast<std::uint16_t>(n.ip.size()));
+        put_text(p + record_off::ip, n.ip);
+        p += node_record::wire_size + n.ip.size();
+    }
+    return out;
+}
+
+std::vector<std::byte> encode_node_table_refusal(std::string_view why) {
+    std::vector<std::byte> out(node_table_payload::wire_size + why.size());
+    store_le<std::uint32_t>(out.data() + node_table_off::status,
+                            static_cast<std::uint32_t>(node_table_status::refused));
+    store_le<std::uint32_t>(out.data() + node_table_off::count, 0);
+    put_text(out.data() + node_table_off::records, why);
+    return out;
+}
+
+namespace {
+
+// Reads the record at `offset`; the caller has checked that its fixed part fits.
+node_record record_at(std::span<const std::byte> b, std::size_t offset) noexcept {
+    const std::byte* p = b.data() + offset;
+    node_record n;
+    n.machine_id = load_le<std::uint64_t>(p + record_off::machine_id);
+    n.node = load_le<std::uint32_t>(p + record_off::node);
+    n.pe_count = load_le<std::uint32_t>(p + record_off::pe_count);
+    n.data_port = load_le<std::uint16_t>(p + record_off::data_port);
+    const auto ip_length = load_le<std::uint16_t>(p + record_off::ip_length);
+    const std::size_t ip_at = offset + record_off::ip;
+    n.ip = text_at(b, ip_at, std::min<std::size_t>(ip_length, b.size() - ip_at));
+    return n;
+}
+
+}  // namespace
+
+decoded<node_table_payload> decode_node_table(std::span<const std::byte> b,
+                                              const decode_limits& limits) noexcept {
+    constexpr auto type = frame_type::node_table;
+    decoded<node_table_payload> r;
+    if (b.size() < node_table_payload::wire_size) {
+        r.error = fail(decode_status::payload_length_mismatch, type, "payload_length", b.size(),
+                       node_table_payload::wire_size);
+        return r;
+    }
+    auto& v = r.value;
+    const auto status = load_le<std::uint32_t>(b.data() + node_table_off::status);
+    v.count = load_le<std::uint32_t>(b.data() + node_table_off::count);
+    if (status > static_cast<std::uint32_t>(node_table_status::refused)) {
+        r.error = fail(decode_status::invalid_field, type, "node_table.status", status,
+                       static_cast<std::uint32_t>(node_table_status::refused));
+        return r;
+    }
+    v.status = static_cast<node_table_status>(status);
+    const auto rest = b.subspan(node_table_off::records);
+    if (v.status == node_table_status::refused) {
+        if (v.count != 0) {
+            r.error = fail(decode_status::invalid_field, type, "node_table.count", v.count, 0);
+        }
+        v.text = text_at(b, node_table_off::records, rest.size());
+        return r;
+    }
+    if (v.count == 0 || v.count > limits.num_pes) {
+        r.error =
+            fail(decode_status::invalid_field, type, "node_table.count", v.count, limits.num_pes);
+        return r;
+    }
+    // Walk the records: each must fit, and together they cover PEs [0, num_pes) in order.
+    std::size_t offset = node_table_off::records;
+    std::uint64_t next_pe = 0;
+    for (std::uint32_t i = 0; i < v.count; ++i) {
+        if (b.size() - offset < node_record::wire_size) {
+            r.error = fail(decode_status::invalid_field, type, "node_table.record_length",
+                           b.size() - offset, node_record::wire_size);
+            return r;
+        }
+        const auto ip_length = load_le<std::uint16_t>(b.data() + offset + record_off::ip_length);
+        if (b.size() - offset - node_record::wire_size < ip_length) {
+            r.error = fail(decode_status::invalid_field, type, "node_table.record_length",
+                           b.size() - offset, node_record::wire_size + ip_length);
+            return r;
+        }
+        const node_record n = record_at(b, offset);
+        if (n.node != next_pe) {
+            r.error = fail(decode_status::invalid_field, type, "node_table.node", n.node, next_pe);
+            return r;
+        }
+        if (n.pe_count == 0 || n.pe_count > limits.num_pes - next_pe) {
+            r.error = fail(decode_status::invalid_field, type, "node_table.pe_count", n.pe_count,
+                           limits.num_pes - next_pe);
+            return r;
+        }
+        if (n.data_port == 0) {
+            r.error = fail(decode_status::invalid_field, type, "node_table.data_port", 0);
+            return r;
+        }
+        if (const auto bad = bad_ip_text(n.ip)) {
+            r.error = fail(decode_status::invalid_field, type, "node_table.ip", *bad, max_ip_text);
+            return r;
+        }
+        next_pe += n.pe_count;
+        offset += node_record::wire_size + ip_length;
+    }
+    if (next_pe != limits.num_pes) {
+        r.error = fail(decode_status::invalid_field, type, "node_table.pe_total", next_pe,
+                       limits.num_pes);
+        return r;
+    }
+    if (offset != b.size()) {
+        r.error =
+            fail(decode_status::invalid_field, type, "node_table.trailing", b.size() - offset, 0);
+        return r;
+    }
+    v.records = b.subspan(node_table_off::records, offset - node_table_off::records);
+    return r;
+}
+
+std::vector<node_record> node_records(const node_table_payload& table) {
+    std::vector<node_record> out;
+    out.reserve(table.count);
+    std::size_t offset = 0;
+    for (std::uint32_t i = 0; i < table.count && offset < table.records.size(); ++i) {
+        out.push_back(record_at(table.records, offset));
+        offset += node_record::wire_size + out.back().ip.size();
+    }
+    return out;
+}
+
 // ---------------------------------------------------------------------------------------
 // Error texts
 
@@ -578,6 +840,24 @@ const char* field_rule(std::string_view field) {
         {"barrier.phase", "known: 1 arrive, 2 release"},
         {"disconnect.reason", "known: 1 shutdown, 2 error, 3 timeout"},
         {"abort.origin_pe", "the job has %llu PEs; the launcher is 4294967295"},
+        {"register_node.protocol_version", "must be at least 1; this build speaks revision %llu"},
+        {"register_node.node", "the job has %llu PEs"},
+        {"register_node.node/source_pe", "the frame's source PE is %llu"},
+        {"register_node.pe_count", "must be 1..%llu: the node's PEs must fit in the job"},
+        {"register_node.data_port", "must not be 0"},
+        {"register_node.ip",
+         "must be 1..%llu printable ASCII bytes without spaces: an IP address or host name"},
+        {"node_table/source_pe", "only the launcher (%llu) sends node tables"},
+        {"node_table.status", "known: 0 ok, 1 refused"},
+        {"node_table.count", "must be 1..%llu nodes for a table, 0 for a refusal"},
+        {"node_table.record_length", "bytes left for a record that needs %llu"},
+        {"node_table.node", "records must be contiguous; expected node %llu"},
+        {"node_table.pe_count", "must be 1..%llu, the PEs left in the job"},
+        {"node_table.pe_total", "the nodes' PE counts must add up to the job's %llu PEs"},
+        {"node_table.data_port", "must not be 0"},
+        {"node_table.ip",
+         "must be 1..%llu printable ASCII bytes without spaces: an IP address or host name"},
+        {"node_table.trailing", "bytes after the last record; expected %llu"},
     };
     for (const rule& r : rules) {
         if (r.field == field) return r.text;
@@ -637,7 +917,9 @@ std::string describe(const decode_error& e, std::string_view peer) {
                 "are intended";
             break;
         case decode_status::payload_length_mismatch: {
-            const char* rule = e.type == frame_type::abort ? "at least " : "";
+            const bool at_least =
+                payload_rule_for(e.type, decode_limits{}).kind == payload_length_kind::at_least;
+            const char* rule = at_least ? "at least " : "";
             what = format("payload length %llu does not match frame type %s (expects %s%llu bytes)",
                           v, type_label(e).c_str(), rule, lim);
             fix =

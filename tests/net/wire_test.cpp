@@ -139,10 +139,10 @@ TEST(wire_header_validation, unsupported_version) {
 }
 
 TEST(wire_header_validation, unknown_type) {
-    for (int t : {0, 17, 255}) {
+    for (int t : {0, 19, 255}) {
         const auto b = patched(valid_header(frame_type::standard), 5, {t});
         expect_error(decode_header(b, limits4()).error, decode_status::unknown_type, "type",
-                     {"unknown frame type " + std::to_string(t) + " (known: 1..16)"});
+                     {"unknown frame type " + std::to_string(t) + " (known: 1..18)"});
     }
 }
 
@@ -218,6 +218,8 @@ TEST(wire_header_validation, control_payload_length_mismatch) {
         {frame_type::latency_vector_reply, 12, "'latency_vector_reply' (expects 16 bytes)"},
         {frame_type::cluster_mapping, 20, "(expects 16 bytes)"},
         {frame_type::abort, 7, "'abort' (expects at least 8 bytes)"},
+        {frame_type::register_node, 31, "'register_node' (expects at least 32 bytes)"},
+        {frame_type::node_table, 7, "'node_table' (expects at least 8 bytes)"},
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(std::string(frame_type_name(c.type)));
@@ -397,6 +399,185 @@ TEST(wire_payload_validation, validate_payload_covers_every_control_type) {
     h = valid_header(frame_type::print);
     std::vector<std::byte> text(100, std::byte{0xFF});
     EXPECT_TRUE(validate_payload(h, text, l).ok());
+}
+
+// ---------------------------------------------------------------------------------------
+// The launcher's control frames
+
+TEST(wire_launcher, new_types_have_names_and_no_flags_or_tag) {
+    EXPECT_EQ(frame_type_name(frame_type::register_node), "register_node");
+    EXPECT_EQ(frame_type_name(frame_type::node_table), "node_table");
+    EXPECT_EQ(static_cast<int>(frame_type::register_node), 17);
+    EXPECT_EQ(static_cast<int>(frame_type::node_table), 18);
+    for (auto type : {frame_type::register_node, frame_type::node_table}) {
+        EXPECT_EQ(allowed_flags(type), 0);
+        EXPECT_FALSE(uses_tag(type));
+        frame_header h = valid_header(type);
+        h.tag = 1;
+        EXPECT_EQ(decode_header(encode_header(h), limits4()).error.status,
+                  decode_status::reserved_bits_set);
+    }
+    EXPECT_EQ(payload_rule_for(frame_type::register_node, limits4()).kind,
+              payload_length_kind::at_least);
+    EXPECT_EQ(payload_rule_for(frame_type::register_node, limits4()).length, 32u);
+    EXPECT_EQ(payload_rule_for(frame_type::node_table, limits4()).length, 8u);
+}
+
+TEST(wire_launcher, register_node_round_trips_with_pinned_layout) {
+    const register_node_payload p{
+        2, 1, 0x9C41, protocol_revision, 0x1112131415161718ull, 0x2122232425262728ull, "127.0.0.1"};
+    const auto b = encode(p);
+    const auto expected = bytes({2,    0,    0,    0,     // node
+                                 1,    0,    0,    0,     // pe_count
+                                 0x41, 0x9C, 0,    0,     // data_port, reserved
+                                 1,    0,    0,    0,     // protocol_version
+                                 0x18, 0x17, 0x16, 0x15,  // machine_id
+                                 0x14, 0x13, 0x12, 0x11,  //
+                                 0x28, 0x27, 0x26, 0x25,  // job_key
+                                 0x24, 0x23, 0x22, 0x21,  //
+                                 '1',  '2',  '7',  '.',  '0', '.', '0', '.', '1'});
+    EXPECT_EQ(b, expected);
+    const auto d = decode_register_node(b, limits4());
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value, p);
+    frame_header h = valid_header(frame_type::register_node);  // source PE 2
+    h.payload_length = static_cast<std::uint32_t>(b.size());
+    EXPECT_TRUE(validate_payload(h, b, limits4()).ok());
+}
+
+TEST(wire_launcher, register_node_fields) {
+    auto reg = [](std::uint32_t node, std::uint32_t count, std::uint16_t port,
+                  std::string_view ip) {
+        return encode(register_node_payload{node, count, port, protocol_revision, 1, 2, ip});
+    };
+    auto b = reg(0, 1, 80, "::1");
+    b[10] = std::byte{1};
+    expect_error(decode_register_node(b, limits4()).error, decode_status::reserved_bits_set,
+                 "register_node.reserved", {"reserved field 'register_node.reserved'"});
+    b = reg(0, 1, 80, "::1");
+    b[12] = std::byte{0};
+    expect_error(decode_register_node(b, limits4()).error, decode_status::invalid_field,
+                 "register_node.protocol_version", {"must be at least 1"});
+    expect_error(decode_register_node(reg(4, 1, 80, "h"), limits4()).error,
+                 decode_status::invalid_field, "register_node.node",
+                 {"field 'register_node.node' of frame type 'register_node' has invalid value 4 "
+                  "(the job has 4 PEs)"});
+    expect_error(decode_register_node(reg(3, 2, 80, "h"), limits4()).error,
+                 decode_status::invalid_field, "register_node.pe_count",
+                 {"invalid value 2 (must be 1..1: the node's PEs must fit in the job)"});
+    EXPECT_EQ(decode_register_node(reg(0, 0, 80, "h"), limits4()).error.field,
+              "register_node.pe_count");
+    EXPECT_TRUE(decode_register_node(reg(0, 4, 80, "h"), limits4()).ok());
+    expect_error(decode_register_node(reg(0, 1, 0, "h"), limits4()).error,
+                 decode_status::invalid_field, "register_node.data_port", {"must not be 0"});
+    expect_error(decode_register_node(reg(0, 1, 80, ""), limits4()).error,
+                 decode_status::invalid_field, "register_node.ip",
+                 {"invalid value 0 (must be 1..255 printable ASCII bytes without spaces"});
+    EXPECT_EQ(decode_register_node(reg(0, 1, 80, "a b"), limits4()).error.value, 0x20u);
+    EXPECT_EQ(decode_register_node(reg(0, 1, 80, std::string(256, 'x')), limits4()).error.field,
+              "register_node.ip");
+    EXPECT_TRUE(decode_register_node(reg(0, 1, 80, std::string(255, 'x')), limits4()).ok());
+    const std::array<std::byte, 31> short_span{};
+    EXPECT_EQ(decode_register_node(short_span, limits4()).error.status,
+              decode_status::payload_length_mismatch);
+    // The registration speaks for its sender.
+    frame_header h = valid_header(frame_type::register_node);  // source PE 2
+    b = reg(1, 1, 80, "h");
+    h.payload_length = static_cast<std::uint32_t>(b.size());
+    expect_error(validate_payload(h, b, limits4()), decode_status::invalid_field,
+                 "register_node.node/source_pe", {"invalid value 1 (the frame's source PE is 2)"});
+}
+
+std::vector<node_record> four_nodes() {
+    return {{0xA, 0, 1, 4000, "127.0.0.1"},
+            {0xA, 1, 1, 4001, "127.0.0.1"},
+            {0xB, 2, 2, 4002, "10.0.0.2"}};
+}
+
+TEST(wire_launcher, node_table_round_trips) {
+    const auto records = four_nodes();
+    const auto b = encode_node_table(records);
+    ASSERT_EQ(b.size(), 8 + 3 * node_record::wire_size + 9 + 9 + 8);
+    EXPECT_EQ(std::vector<std::byte>(b.begin(), b.begin() + 8), bytes({0, 0, 0, 0, 3, 0, 0, 0}));
+    // The first record: machine id, node, PE count, port, IP length, IP.
+    EXPECT_EQ(std::vector<std::byte>(b.begin() + 8, b.begin() + 28),
+              bytes({0xA, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0xA0, 0x0F, 9, 0}));
+    const auto d = decode_node_table(b, limits4());
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value.status, node_table_status::ok);
+    EXPECT_EQ(d.value.count, 3u);
+    EXPECT_EQ(node_records(d.value), records);
+
+    frame_header h = valid_header(frame_type::node_table);
+    h.source_pe = launcher_pe;
+    h.payload_length = static_cast<std::uint32_t>(b.size());
+    const decode_limits from_launcher{default_max_payload, 4, true};
+    EXPECT_TRUE(validate_payload(h, b, from_launcher).ok());
+    // Only the launcher hands out node tables.
+    h.source_pe = 1;
+    expect_error(validate_payload(h, b, from_launcher), decode_status::invalid_field,
+                 "node_table/source_pe", {"only the launcher (4294967295) sends node tables"});
+}
+
+TEST(wire_launcher, node_table_refusal_carries_the_reason) {
+    const auto b = encode_node_table_refusal("PE 2 of 4 did not register within 5.0 s");
+    const auto d = decode_node_table(b, limits4());
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value.status, node_table_status::refused);
+    EXPECT_EQ(d.value.count, 0u);
+    EXPECT_EQ(d.value.text, "PE 2 of 4 did not register within 5.0 s");
+    EXPECT_TRUE(decode_node_table(encode_node_table_refusal(""), limits4()).ok());
+}
+
+TEST(wire_launcher, node_table_validation) {
+    auto decode = [](std::vector<node_record> records) {
+        return decode_node_table(encode_node_table(records), limits4()).error;
+    };
+    auto b = encode_node_table_refusal("x");
+    b[0] = std::byte{2};
+    expect_error(decode_node_table(b, limits4()).error, decode_status::invalid_field,
+                 "node_table.status", {"invalid value 2 (known: 0 ok, 1 refused)"});
+    b = encode_node_table_refusal("x");
+    b[4] = std::byte{1};
+    expect_error(decode_node_table(b, limits4()).error, decode_status::invalid_field,
+                 "node_table.count", {"0 for a refusal"});
+    expect_error(decode({}), decode_status::invalid_field, "node_table.count",
+                 {"invalid value 0 (must be 1..4 nodes for a table"});
+    auto r = four_nodes();
+    r[1].node = 2;
+    expect_error(decode(r), decode_status::invalid_field, "node_table.node",
+                 {"invalid value 2 (records must be contiguous; expected node 1)"});
+    r = four_nodes();
+    r[2].pe_count = 3;
+    expect_error(decode(r), decode_status::invalid_field, "node_table.pe_count",
+                 {"invalid value 3 (must be 1..2, the PEs left in the job)"});
+    r = four_nodes();
+    r[2].pe_count = 1;
+    expect_error(decode(r), decode_status::invalid_field, "node_table.pe_total",
+                 {"invalid value 3 (the nodes' PE counts must add up to the job's 4 PEs)"});
+    r = four_nodes();
+    r[0].data_port = 0;
+    EXPECT_EQ(decode(r).field, "node_table.data_port");
+    r = four_nodes();
+    r[1].ip = "";
+    EXPECT_EQ(decode(r).field, "node_table.ip");
+    r = four_nodes();
+    r[1].ip = "bad\nip";
+    EXPECT_EQ(decode(r).field, "node_table.ip");
+    // A record cut short, an IP length running past the end, bytes after the last record.
+    b = encode_node_table(four_nodes());
+    expect_error(decode_node_table(std::span(b).first(b.size() - 20), limits4()).error,
+                 decode_status::invalid_field, "node_table.record_length",
+                 {"bytes left for a record that needs 20"});
+    expect_error(decode_node_table(std::span(b).first(b.size() - 1), limits4()).error,
+                 decode_status::invalid_field, "node_table.record_length",
+                 {"invalid value 27 (bytes left for a record that needs 28)"});
+    b.push_back(std::byte{0});
+    expect_error(decode_node_table(b, limits4()).error, decode_status::invalid_field,
+                 "node_table.trailing", {"invalid value 1 (bytes after the last record"});
+    const std::array<std::byte, 7> short_span{};
+    EXPECT_EQ(decode_node_table(short_span, limits4()).error.status,
+              decode_status::payload_length_mismatch);
 }
 
 TEST(wire_errors, every_status_has_a_name_and_a_text) {

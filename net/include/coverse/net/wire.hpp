@@ -94,10 +94,13 @@ enum class frame_type : std::uint8_t {
     print = 13,           // text for the launcher's stdout
     error = 14,           // text for the launcher's stderr
     scan = 15,            // prompt/format for the launcher; tag = request id
-    scan_reply = 16,      // the line read by the launcher; tag = request id
+    scan_reply = 16,      // the line read by the launcher, with its '\n' (empty = end of
+                          // input); tag = request id
+    register_node = 17,   // register_node_payload prefix + IP text (PE -> launcher)
+    node_table = 18,      // node_table prefix + records or refusal text (launcher -> PE)
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 16;
+inline constexpr std::uint8_t last_frame_type = 18;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
@@ -288,6 +291,50 @@ struct abort_payload {
     friend bool operator==(const abort_payload&, const abort_payload&) = default;
 };
 
+/// register_node: a PE's registration with the launcher; the first frame it sends on its
+/// control connection. Fixed 32-byte prefix, then the IP text (the rest of the payload).
+struct register_node_payload {
+    std::uint32_t node = 0;       // @0  u32: node number (its first PE); = the header's source PE
+    std::uint32_t pe_count = 1;   // @4  u32: PEs in this process, >= 1, node + pe_count <= num_pes
+    std::uint16_t data_port = 0;  // @8  u16: where the PE accepts mesh connections, != 0
+                                  // @10 u16 reserved
+    std::uint32_t protocol_version = protocol_revision;  // @12 u32: >= 1
+    std::uint64_t machine_id = 0;                        // @16 u64: same value = same host
+    std::uint64_t job_key = 0;  // @24 u64: COVERSE_JOB_KEY; the launcher refuses other jobs
+    std::string_view ip;        // @32 .. end: 1..255 printable ASCII bytes; views the payload
+    static constexpr std::size_t wire_size = 32;  // the fixed prefix
+    friend bool operator==(const register_node_payload&, const register_node_payload&) = default;
+};
+
+/// Longest IP text (an address or host name) in register_node and node_table.
+inline constexpr std::size_t max_ip_text = 255;
+
+enum class node_table_status : std::uint32_t { ok = 0, refused = 1 };
+
+/// One node of a node table (in the table's order, node numbers contiguous from 0).
+struct node_record {
+    std::uint64_t machine_id = 0;                 // @0  u64
+    std::uint32_t node = 0;                       // @8  u32: first PE of the node
+    std::uint32_t pe_count = 1;                   // @12 u32: >= 1
+    std::uint16_t data_port = 0;                  // @16 u16: != 0
+                                                  // @18 u16 ip_length, 1..max_ip_text
+    std::string_view ip;                          // @20 .. @20 + ip_length
+    static constexpr std::size_t wire_size = 20;  // the fixed part of one record
+    friend bool operator==(const node_record&, const node_record&) = default;
+};
+
+/// node_table: the launcher's answer to register_node. An 8-byte prefix
+///   @0 u32 status (node_table_status), @4 u32 count
+/// then, for ok, `count` node records covering PEs [0, num_pes) in order; for refused,
+/// count 0 and the launcher's explanation as text (the rest of the payload).
+struct node_table_payload {
+    node_table_status status = node_table_status::ok;
+    std::uint32_t count = 0;
+    std::string_view text;               // refused: why; views the payload
+    std::span<const std::byte> records;  // ok: the `count` records, validated; see node_records
+    static constexpr std::size_t wire_size = 8;  // the fixed prefix
+};
+
 [[nodiscard]] std::array<std::byte, hello_payload::wire_size> encode(
     const hello_payload& p) noexcept;
 [[nodiscard]] std::array<std::byte, publish_payload::wire_size> encode(
@@ -304,6 +351,13 @@ struct abort_payload {
     const disconnect_payload& p) noexcept;
 /// Prefix and text together (abort is rare; one allocation is fine).
 [[nodiscard]] std::vector<std::byte> encode(const abort_payload& p);
+/// Prefix and IP text together.
+[[nodiscard]] std::vector<std::byte> encode(const register_node_payload& p);
+/// A node table with these records (status ok). Records are written as given; the
+/// decoder checks they are contiguous from node 0.
+[[nodiscard]] std::vector<std::byte> encode_node_table(std::span<const node_record> records);
+/// A refusal (status refused, count 0) carrying the launcher's explanation.
+[[nodiscard]] std::vector<std::byte> encode_node_table_refusal(std::string_view why);
 
 // Decoders check the exact length (at least the prefix, for abort), reserved fields and
 // each field's range; `limits` supplies num_pes and max_payload for the range checks.
@@ -323,5 +377,17 @@ struct abort_payload {
                                                             const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<abort_payload> decode_abort(std::span<const std::byte> bytes,
                                                   const decode_limits& limits) noexcept;
+/// Checks reserved, protocol_version >= 1, node < num_pes, 1 <= pe_count <= num_pes - node,
+/// data_port != 0, and the IP text.
+[[nodiscard]] decoded<register_node_payload> decode_register_node(
+    std::span<const std::byte> bytes, const decode_limits& limits) noexcept;
+/// Checks the status, and for ok every record (count 1..num_pes, nodes contiguous from 0,
+/// pe_count >= 1, PE counts summing to num_pes, data_port != 0, IP text) and that the
+/// records fill the payload exactly; for refused, count 0.
+[[nodiscard]] decoded<node_table_payload> decode_node_table(std::span<const std::byte> bytes,
+                                                            const decode_limits& limits) noexcept;
+/// The records of a node table that decode_node_table accepted (status ok); each record's
+/// ip views the payload.
+[[nodiscard]] std::vector<node_record> node_records(const node_table_payload& table);
 
 }  // namespace coverse::net

@@ -1,0 +1,198 @@
+// coverse-run: the launcher's command line — charmrun-compatible flags (+pN, +p N, ++local,
+// ++verbose) plus -n, --prefix, --bind, --timeout, --set — handed to net::run_job.
+#include <coverse/net/bootstrap.hpp>
+#include <coverse/net/mesh.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr const char* usage_text =
+    R"(Usage: coverse-run [options] [--] program [arguments...]
+
+Starts one process per PE of a coverse/Converse program on this host and relays
+their output; the job ends when every PE has ended, or as soon as one fails.
+
+Options:
+  -n N, +pN, +p N    number of PEs (default 1). Like charmrun, +pN or +p N among the
+                     program's arguments sets it too (and is passed on unchanged).
+  ++local            accepted for charmrun compatibility: every PE runs on this host
+  -v, ++verbose      report start-up, registrations and exits on stderr
+  --prefix           tag each output line with "[PE i] "
+  --bind             pin PE i to CPU i mod (CPUs this launcher may use); the program
+                     argument +setcpuaffinity does the same
+  --timeout SECONDS  how long the PEs have to register (default: CONNECTION_TIMEOUT,
+                     300 s)
+  --set NAME=VALUE   append "++set NAME=VALUE" to every PE's arguments (repeatable)
+  -h, --help         print this help and exit
+  --version          print the version and exit
+
+Exit status: 0 when every PE exited 0; otherwise the status of the failure that
+stopped the job (a PE's exit code, 128+signal for a PE killed by a signal, the
+abort's exit code); 1 when a PE never registered; 2 for a usage error; 127 when the
+program cannot be run.
+)";
+
+struct usage_error {
+    std::string message;
+};
+
+// Library messages start "coverse: "; ours already say "coverse-run: ".
+std::string without_tag(std::string text) {
+    constexpr std::string_view tag = "coverse: ";
+    if (text.starts_with(tag)) text.erase(0, tag.size());
+    return text;
+}
+
+std::optional<std::uint32_t> parse_count(std::string_view text) {
+    std::uint32_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || v == 0) {
+        return std::nullopt;
+    }
+    return v;
+}
+
+std::uint32_t pe_count(std::string_view flag, std::string_view text) {
+    const auto v = parse_count(text);
+    if (!v) {
+        throw usage_error{std::string(flag) + " needs a PE count of 1 or more, not '" +
+                          std::string(text) + "'"};
+    }
+    return *v;
+}
+
+struct command_line {
+    coverse::net::launch_options opts;
+    std::optional<std::uint32_t> num_pes;
+    std::optional<double> timeout_seconds;
+    std::vector<std::string> sets;
+    bool help = false;
+    bool version = false;
+};
+
+command_line parse(int argc, char** argv) {
+    command_line cl;
+    int i = 1;
+    // The value of an option: "--timeout 5", "--timeout=5", and for -n also "-n5".
+    auto value = [&](std::string_view arg, std::string_view name) -> std::string {
+        if (arg.size() > name.size()) {
+            const auto rest = arg.substr(name.size());
+            return std::string(rest.front() == '=' ? rest.substr(1) : rest);
+        }
+        if (i + 1 >= argc) throw usage_error{std::string(name) + " needs a value"};
+        return argv[++i];
+    };
+    for (; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        if (a == "--") {
+            ++i;
+            break;
+        }
+        if (a.empty() || (a[0] != '-' && a[0] != '+')) break;  // the program
+        if (a == "-h" || a == "--help") {
+            cl.help = true;
+        } else if (a == "--version") {
+            cl.version = true;
+        } else if (a == "-n" || (a.starts_with("-n") && a.size() > 2)) {
+            cl.num_pes = pe_count("-n", value(a, "-n"));
+        } else if (a == "+p") {
+            if (i + 1 >= argc) throw usage_error{"+p needs a PE count (+p 4 or +p4)"};
+            cl.num_pes = pe_count("+p", argv[++i]);
+        } else if (a.starts_with("+p") && a.size() > 2 && a[2] >= '0' && a[2] <= '9') {
+            cl.num_pes = pe_count("+p", a.substr(2));
+        } else if (a == "++local") {
+            // Every PE runs on this host anyway.
+        } else if (a == "++verbose" || a == "-v" || a == "--verbose") {
+            cl.opts.verbose = true;
+        } else if (a == "--prefix") {
+            cl.opts.prefix = true;
+        } else if (a == "--bind") {
+            cl.opts.bind = true;
+        } else if (a == "--timeout" || a.starts_with("--timeout=")) {
+            const std::string v = value(a, "--timeout");
+            char* end = nullptr;
+            const double s = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !(s > 0) || s > 1e9) {
+                throw usage_error{"--timeout needs a positive number of seconds, not '" + v + "'"};
+            }
+            cl.timeout_seconds = s;
+        } else if (a == "--set" || a.starts_with("--set=")) {
+            const std::string v = value(a, "--set");
+            const auto eq = v.find('=');
+            if (eq == std::string::npos || eq == 0) {
+                throw usage_error{"--set needs NAME=VALUE, not '" + v + "'"};
+            }
+            cl.sets.push_back(v);
+        } else {
+            throw usage_error{"unknown option '" + std::string(a) + "'"};
+        }
+    }
+    if (cl.help || cl.version) return cl;
+    if (i >= argc) throw usage_error{"no program to run"};
+    for (; i < argc; ++i)
+        cl.opts.argv.emplace_back(argv[i]);
+    return cl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    command_line cl;
+    try {
+        cl = parse(argc, argv);
+        if (cl.help) {
+            std::fputs(usage_text, stdout);
+            return 0;
+        }
+        if (cl.version) {
+            std::printf("coverse-run (coverse) %s\n", COVERSE_VERSION);
+            return 0;
+        }
+        // charmrun style: +pN among the program's arguments sets the PE count too.
+        const std::vector<std::string> program_args(cl.opts.argv.begin() + 1, cl.opts.argv.end());
+        std::optional<std::uint32_t> from_program;
+        try {
+            from_program = coverse::net::pe_count_in_args(program_args);
+        } catch (const coverse::net::bootstrap_error& e) {
+            throw usage_error{without_tag(e.what())};
+        }
+        if (cl.num_pes && from_program && *cl.num_pes != *from_program) {
+            throw usage_error{"conflicting PE counts: " + std::to_string(*cl.num_pes) +
+                              " for the launcher but +p" + std::to_string(*from_program) +
+                              " among the program's arguments"};
+        }
+        cl.opts.num_pes = cl.num_pes ? *cl.num_pes : from_program.value_or(1);
+        for (const auto& s : cl.sets) {
+            cl.opts.argv.emplace_back("++set");
+            cl.opts.argv.push_back(s);
+        }
+        if (cl.timeout_seconds) {
+            cl.opts.register_timeout =
+                std::chrono::milliseconds(static_cast<long long>(*cl.timeout_seconds * 1000.0));
+            cl.opts.timeout_setting = "--timeout (CONNECTION_TIMEOUT when it is not given)";
+        } else {
+            try {
+                cl.opts.register_timeout = coverse::net::connection_timeout_from_env();
+            } catch (const std::invalid_argument& e) {
+                throw usage_error{without_tag(e.what())};
+            }
+        }
+    } catch (const usage_error& e) {
+        std::fprintf(stderr, "coverse-run: %s\n\n%s", e.message.c_str(), usage_text);
+        return 2;
+    }
+    try {
+        return coverse::net::run_job(cl.opts);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return 1;
+    }
+}
