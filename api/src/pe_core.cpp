@@ -236,6 +236,9 @@ void pe_core::start_networked(const net::launch_info& info) {
     cfg.num_pes = _num_pes;
     cfg.job_key = info.job_key;
     cfg.connect_timeout = timeout;
+    // Payloads land in message memory: a standard frame's payload is the Converse message.
+    cfg.payload_alloc.allocate = static_cast<void* (*)(std::size_t) noexcept>(&alloc::msg_alloc);
+    cfg.payload_alloc.release = &alloc::msg_free;
     for (const auto& e : table)
         cfg.peers.push_back(net::endpoint{e.ip, e.data_port});
     _mesh = std::make_unique<net::mesh>(*_backend, std::move(l.value), std::move(cfg));
@@ -639,9 +642,18 @@ void pe_core::on_frame(net::received r) {
                 ++_recv_seq[r.from];
                 return;
             }
-            void* msg = alloc::msg_alloc(size);
-            if (!msg) fatal("out of memory receiving " + std::to_string(size) + " bytes");
-            std::memcpy(msg, r.frame.payload.get(), size);
+            std::vector<std::uint32_t> children;
+            if (h.flags & net::frame_flags::broadcast) children = tree_children(h.tag, _pe);
+            void* msg = nullptr;
+            if (!children.empty()) {
+                // The frame's buffer goes on to the tree children; the handler gets a copy it
+                // may change or free while those sends are still queued.
+                msg = alloc::msg_alloc(size);
+                if (!msg) fatal("out of memory receiving " + std::to_string(size) + " bytes");
+                std::memcpy(msg, r.frame.payload.get(), size);
+            } else {
+                msg = r.frame.payload.release();  // the payload is a CmiAlloc'd message
+            }
             if (trace::enabled()) {
                 const std::uint64_t id = (1ull << 63) | _recv_ids++;
                 const auto proto =
@@ -651,12 +663,9 @@ void pe_core::on_frame(net::received r) {
                     (std::uint64_t{r.from} << 32) | (1u << 8) | static_cast<std::uint64_t>(proto));
             }
             ++_recv_seq[r.from];
-            if (h.flags & net::frame_flags::broadcast) {
-                auto children = tree_children(h.tag, _pe);
-                if (!children.empty())
-                    _sched->spawn(forward_task(std::move(children), std::move(r.frame)),
-                                  "broadcast forward");
-            }
+            if (!children.empty())
+                _sched->spawn(forward_task(std::move(children), std::move(r.frame)),
+                              "broadcast forward");
             _net_queue.push_back(msg);
             return;
         }

@@ -48,7 +48,11 @@ void frame_reader::header_complete() noexcept {
     }
     // Allocated only now, at the validated length (never the maximum up front), and left
     // uninitialised: the stream overwrites every byte.
-    _current.payload.reset(new (std::nothrow) std::byte[length]);
+    if (_alloc.allocate)
+        _current.payload = payload_ptr(static_cast<std::byte*>(_alloc.allocate(length)),
+                                       payload_deleter{_alloc.release});
+    else
+        _current.payload = payload_ptr(new (std::nothrow) std::byte[length]);
     if (!_current.payload) {
         fail(decode_error{decode_status::payload_allocation_failed, decoded.value.type,
                           "payload_length", length, _limits.max_payload});

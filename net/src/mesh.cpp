@@ -281,7 +281,7 @@ task<void> mesh::accept_all(std::size_t expected) {
                                   ? " (raise the open-files limit: ulimit -n)"
                                   : ""));
         stream& s = *r.value;
-        frame_reader reader(_limits);
+        frame_reader reader(_limits, _cfg.payload_alloc);
         std::vector<frame> early;
         // A connection that never says hello (a port probe) must not hold up the PEs
         // queued behind it: it gets a few seconds, not the whole set-up deadline.
@@ -343,7 +343,7 @@ task<void> mesh::dial(std::uint32_t pe) {
     if (sent < 0)
         throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) + ": sending our hello to " +
                          who + " failed: " + errno_text(sent));
-    frame_reader reader(_limits);
+    frame_reader reader(_limits, _cfg.payload_alloc);
     std::vector<frame> early;
     auto hello = co_await read_hello(*s, reader, early);
     if (hello.error == -ECANCELED) {

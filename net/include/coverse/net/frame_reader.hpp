@@ -13,10 +13,29 @@
 
 namespace coverse::net {
 
+/// Where payloads are allocated. The default is new[]; the machine layer supplies message
+/// memory (CmiAlloc's), so a received payload becomes a Converse message without a copy.
+struct payload_allocator {
+    void* (*allocate)(std::size_t bytes) noexcept = nullptr;  // null: new[]; may return null
+    void (*release)(void* p) noexcept = nullptr;
+};
+
+/// Frees a payload the way it was allocated.
+struct payload_deleter {
+    void (*release)(void* p) noexcept = nullptr;
+    void operator()(std::byte* p) const noexcept {
+        if (release)
+            release(p);
+        else
+            delete[] p;
+    }
+};
+using payload_ptr = std::unique_ptr<std::byte[], payload_deleter>;
+
 /// One received frame: a validated header and exactly header.payload_length bytes.
 struct frame {
     frame_header header;
-    std::unique_ptr<std::byte[]> payload;  // null when payload_length == 0
+    payload_ptr payload;  // null when payload_length == 0
 
     [[nodiscard]] std::span<std::byte> payload_bytes() const noexcept {
         return {payload.get(), header.payload_length};
@@ -31,7 +50,8 @@ struct frame {
 /// socket owner that wants zero copies receives straight into payload_window() instead.
 class frame_reader {
 public:
-    explicit frame_reader(const decode_limits& limits) noexcept : _limits(limits) {}
+    explicit frame_reader(const decode_limits& limits, payload_allocator alloc = {}) noexcept
+        : _limits(limits), _alloc(alloc) {}
 
     /// Consumes bytes from `chunk` until a frame is complete, the chunk is used up, or a
     /// header fails validation; returns how many bytes it consumed. Consumes nothing while
@@ -88,6 +108,7 @@ private:
     void fail(const decode_error& error) noexcept;
 
     decode_limits _limits;
+    payload_allocator _alloc;
     stage _stage = stage::header;
     std::array<std::byte, header_size> _header_bytes{};
     std::size_t _header_filled = 0;

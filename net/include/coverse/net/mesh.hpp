@@ -57,6 +57,8 @@ struct mesh_config {
     std::chrono::milliseconds retry_initial{5};
     std::chrono::milliseconds retry_max{250};
     std::uint32_t max_payload = default_max_payload;  // COVERSE_MAX_MESSAGE
+    /// Where received payloads are allocated (default new[]).
+    payload_allocator payload_alloc;
     /// The protocol version our hello announces (tests change it to prove refusal).
     std::uint32_t protocol_version = protocol_revision;
 };
