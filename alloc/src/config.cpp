@@ -1,4 +1,5 @@
-// Reads the alloc layer's settings from the environment and keeps the settings in force.
+// Reads the alloc layer's settings, keeps the settings in force, and holds the command-line
+// overrides that env_setting consults before the environment.
 #include <coverse/alloc/config.hpp>
 
 #include "internal.hpp"
@@ -8,7 +9,10 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <mutex>
+#include <string>
 
 namespace coverse::alloc {
 namespace {
@@ -51,6 +55,17 @@ void read_count(std::string_view name, std::size_t& into, std::size_t minimum) {
     }
 }
 
+struct override_table {
+    std::mutex mutex;
+    std::map<std::string, std::string, std::less<>> values;
+};
+
+// Never destroyed, like state(): settings may be looked up from static destructors.
+override_table& overrides() {
+    static auto* t = new override_table;
+    return *t;
+}
+
 // Applies a new config to the parts that read it on their fast paths. Called with the lock held.
 void publish(const alloc_config& config) {
     detail::set_leak_tracking(config.leak_report);
@@ -59,13 +74,43 @@ void publish(const alloc_config& config) {
 }  // namespace
 
 std::optional<env_value> env_setting(std::string_view name) {
+    {
+        override_table& t = overrides();
+        std::lock_guard lock(t.mutex);
+        if (auto it = t.values.find(name); it != t.values.end()) {
+            return env_value{"++set " + it->first, it->second, true};
+        }
+    }
     const std::string n(name);
     for (const std::string& variable : {"COVERSE_" + n, n, "CMI_VMI_" + n}) {
-        if (const char* value = std::getenv(variable.c_str())) {
+        if (const char* value = std::getenv(variable.c_str()); value && *value) {
             return env_value{variable, value};
         }
     }
     return std::nullopt;
+}
+
+void set_command_line_setting(std::string_view name, std::string_view value) {
+    {
+        override_table& t = overrides();
+        std::lock_guard lock(t.mutex);
+        t.values.insert_or_assign(std::string(name), std::string(value));
+    }
+    config_state& s = state();
+    std::lock_guard lock(s.mutex);
+    s.loaded = false;
+}
+
+void clear_command_line_settings() {
+    {
+        override_table& t = overrides();
+        std::lock_guard lock(t.mutex);
+        if (t.values.empty()) return;  // keep a config that set_config() put in force
+        t.values.clear();
+    }
+    config_state& s = state();
+    std::lock_guard lock(s.mutex);
+    s.loaded = false;
 }
 
 std::optional<bool> parse_switch(std::string_view text) {

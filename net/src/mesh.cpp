@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -52,6 +53,17 @@ std::chrono::milliseconds connection_timeout_from_env() {
         throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
                                     " is not a positive number of seconds");
     return std::chrono::milliseconds(static_cast<long long>(secs * 1000));
+}
+
+std::uint32_t max_message_from_env() {
+    const auto v = alloc::env_setting("MAX_MESSAGE");
+    if (!v) return default_max_payload;
+    const auto n = alloc::parse_count(v->value);
+    if (!n || *n == 0 || *n > std::numeric_limits<std::uint32_t>::max())
+        throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
+                                    " is not a size in bytes from 1 to 4294967295 (the largest "
+                                    "payload a frame can carry); set the same value on every PE");
+    return static_cast<std::uint32_t>(*n);
 }
 
 const char* to_string(connection_state s) noexcept {

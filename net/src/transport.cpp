@@ -1,21 +1,39 @@
-// transport: backend selection (COVERSE_NET_BACKEND, automatic fallback to Asio).
+// transport: backend selection (the NET_BACKEND setting, automatic fallback to Asio).
 #include <coverse/net/transport.hpp>
 
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include <coverse/alloc/config.hpp>
 
 namespace coverse::net {
 
 backend_kind backend_kind_from_env() {
-    const char* v = std::getenv("COVERSE_NET_BACKEND");
-    if (!v || !*v) return backend_kind::automatic;
-    const std::string s(v);
+    const auto v = alloc::env_setting("NET_BACKEND");
+    if (!v) return backend_kind::automatic;
+    const std::string& s = v->value;
     if (s == "auto") return backend_kind::automatic;
     if (s == "uring" || s == "io_uring") return backend_kind::io_uring;
     if (s == "asio") return backend_kind::asio;
-    throw std::invalid_argument("coverse: COVERSE_NET_BACKEND=" + s +
+    throw std::invalid_argument("coverse: " + v->variable + "=" + s +
                                 " is not a backend; use uring, asio or auto");
+}
+
+backend_report describe_backend_choice(scheduler& sched) {
+    backend_report report;
+    try {
+        if (const auto v = alloc::env_setting("NET_BACKEND"))
+            report.asked_by = v->variable + "=" + v->value;
+        auto b = make_backend(sched, backend_kind_from_env(), &report.why);
+        if (b) {
+            report.name = std::string(b->name());
+            report.details = b->describe();
+        }
+    } catch (const std::exception& e) {
+        // A malformed setting (NET_BACKEND, ZC_THRESHOLD, ...) is what there is to report.
+        report.why = e.what();
+    }
+    return report;
 }
 
 std::unique_ptr<backend> make_backend(scheduler& sched, backend_kind kind, std::string* why) {
@@ -23,12 +41,12 @@ std::unique_ptr<backend> make_backend(scheduler& sched, backend_kind kind, std::
     switch (kind) {
         case backend_kind::io_uring: {
             auto b = make_uring_backend(sched, &reason);
-            if (why) *why = b ? "net backend: io_uring (COVERSE_NET_BACKEND=uring)" : reason;
+            if (why) *why = b ? "net backend: io_uring (NET_BACKEND=uring)" : reason;
             return b;
         }
         case backend_kind::asio: {
             auto b = make_asio_backend(sched, &reason);
-            if (why) *why = b ? "net backend: asio (COVERSE_NET_BACKEND=asio)" : reason;
+            if (why) *why = b ? "net backend: asio (NET_BACKEND=asio)" : reason;
             return b;
         }
         case backend_kind::automatic:

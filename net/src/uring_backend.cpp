@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include <coverse/alloc/config.hpp>
 #include <coverse/net/transport.hpp>
 #include <coverse/runtime/reactor.hpp>
 
@@ -911,46 +912,51 @@ std::optional<unsigned long long> parse_count(const std::string& s) {
 }
 
 std::size_t zc_threshold_from_env() {
-    const char* v = std::getenv("COVERSE_ZC_THRESHOLD");
-    if (!v || !*v) return default_zc_threshold;
-    const std::string s(v);
+    const auto v = alloc::env_setting("ZC_THRESHOLD");
+    if (!v) return default_zc_threshold;
+    const std::string& s = v->value;
     if (s == "off") return 0;
     const auto n = parse_count(s);
     if (!n)
-        throw std::invalid_argument("coverse: COVERSE_ZC_THRESHOLD=" + s +
+        throw std::invalid_argument("coverse: " + v->variable + "=" + s +
                                     " is not a size in bytes; use e.g. 65536 (zero-copy "
                                     "send from 64 KiB up), or 0/off to turn it off");
     return static_cast<std::size_t>(*n);
 }
 
-// COVERSE_RECV_MULTISHOT: unset/empty is the default, 0 or 1 forces it off or on.
-bool recv_multishot_from_env() {
-    const char* v = std::getenv("COVERSE_RECV_MULTISHOT");
-    if (!v || !*v) return default_recv_multishot;
-    const std::string s(v);
-    if (s == "0") return false;
-    if (s == "1") return true;
-    throw std::invalid_argument("coverse: COVERSE_RECV_MULTISHOT=" + s +
-                                " is not 0 or 1; use 1 for multishot receive into a "
-                                "provided-buffer ring, 0 for one plain receive per call, or "
-                                "leave it unset for the default (" +
-                                (default_recv_multishot ? "1" : "0") + ")");
+// RECV_MULTISHOT: unset is the default; a switch value (1/0, on/off, ...) forces it on or off.
+// `why_off` receives what turned it off when it is off.
+bool recv_multishot_from_env(std::string& why_off) {
+    const auto v = alloc::env_setting("RECV_MULTISHOT");
+    if (!v) {
+        why_off = "off by default; COVERSE_RECV_MULTISHOT=1 turns it on";
+        return default_recv_multishot;
+    }
+    const auto on = alloc::parse_switch(v->value);
+    if (!on)
+        throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
+                                    " is not a switch; use 1 (or on) for multishot receive into "
+                                    "a provided-buffer ring, 0 (or off) for one plain receive "
+                                    "per call, or leave it unset for the default (" +
+                                    (default_recv_multishot ? "1" : "0") + ")");
+    why_off = v->variable + "=" + v->value;
+    return *on;
 }
 
 void recv_ring_from_env(uring_settings& cfg) {
-    if (const char* v = std::getenv("COVERSE_RECV_BUFFERS"); v && *v) {
-        const auto n = parse_count(v);
+    if (const auto v = alloc::env_setting("RECV_BUFFERS")) {
+        const auto n = parse_count(v->value);
         if (!n || *n == 0 || *n > max_recv_buffers || (*n & (*n - 1)) != 0)
             throw std::invalid_argument(
-                std::string("coverse: COVERSE_RECV_BUFFERS=") + v +
-                " is not a power of two from 1 to " + std::to_string(max_recv_buffers) +
+                "coverse: " + v->variable + "=" + v->value + " is not a power of two from 1 to " +
+                std::to_string(max_recv_buffers) +
                 "; it is the number of receive buffers per stream, e.g. 32");
         cfg.recv_buffers = static_cast<unsigned>(*n);
     }
-    if (const char* v = std::getenv("COVERSE_RECV_BUFFER_SIZE"); v && *v) {
-        const auto n = parse_count(v);
+    if (const auto v = alloc::env_setting("RECV_BUFFER_SIZE")) {
+        const auto n = parse_count(v->value);
         if (!n || *n == 0 || *n > max_recv_buffer_size)
-            throw std::invalid_argument(std::string("coverse: COVERSE_RECV_BUFFER_SIZE=") + v +
+            throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
                                         " is not a size in bytes from 1 to " +
                                         std::to_string(max_recv_buffer_size) + ", e.g. 32768");
         cfg.recv_buffer_size = static_cast<std::size_t>(*n);
@@ -977,15 +983,12 @@ std::unique_ptr<backend> make_uring_backend(scheduler& sched, std::string* why) 
     }
     // Read (and checked) even where the kernel lacks buffer rings: a bad value is an error
     // on every machine, not only on those that would use it.
-    const bool want_multishot = recv_multishot_from_env();
-    recv_ring_from_env(cfg);
     std::string off_why;
-    if (!want_multishot) {
-        const char* v = std::getenv("COVERSE_RECV_MULTISHOT");
-        off_why = v && *v ? "COVERSE_RECV_MULTISHOT=0"
-                          : "off by default; COVERSE_RECV_MULTISHOT=1 turns it on";
-    } else if (!ring->features().buf_ring)
-        off_why = "this kernel cannot register provided-buffer rings";
+    const bool want_multishot = recv_multishot_from_env(off_why);
+    recv_ring_from_env(cfg);
+    if (want_multishot)
+        off_why =
+            ring->features().buf_ring ? "" : "this kernel cannot register provided-buffer rings";
     cfg.recv_multishot = off_why.empty();
     return std::make_unique<uring_backend>(sched, cfg, std::move(off_why));
 }

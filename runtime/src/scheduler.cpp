@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
+#include <coverse/alloc/config.hpp>
 #include <coverse/runtime/scope.hpp>
 #include <coverse/runtime/sync_wait.hpp>
 
@@ -22,25 +24,41 @@ namespace coverse {
 namespace {
 thread_local scheduler* t_current = nullptr;
 
+// A count setting (any spelling alloc::env_setting accepts); a malformed value is reported
+// and the default kept, so a typo never stops a job.
 long env_long(const char* name, long fallback) {
-    const char* v = std::getenv(name);
-    if (!v || !*v) return fallback;
-    char* end = nullptr;
-    long x = std::strtol(v, &end, 10);
-    if (*end != '\0' || x < 0) {
-        std::fprintf(stderr, "coverse: ignoring %s=%s: expected a non-negative integer\n", name, v);
+    const auto v = alloc::env_setting(name);
+    if (!v) return fallback;
+    const auto x = alloc::parse_count(v->value);
+    if (!x || *x > static_cast<std::size_t>(std::numeric_limits<long>::max())) {
+        std::fprintf(stderr, "coverse: ignoring %s=%s: expected a non-negative integer\n",
+                     v->variable.c_str(), v->value.c_str());
         return fallback;
     }
-    return x;
+    return static_cast<long>(*x);
+}
+
+bool env_switch(const char* name, bool fallback) {
+    const auto v = alloc::env_setting(name);
+    if (!v) return fallback;
+    const auto on = alloc::parse_switch(v->value);
+    if (!on) {
+        std::fprintf(stderr,
+                     "coverse: ignoring %s=%s: expected 1/0, on/off, true/false or yes/no\n",
+                     v->variable.c_str(), v->value.c_str());
+        return fallback;
+    }
+    return *on;
 }
 }  // namespace
 
 scheduler_options scheduler_options::from_env() {
     scheduler_options o;
-    o.spin = std::chrono::microseconds(env_long("COVERSE_SPIN_US", o.spin.count()));
+    o.spin = std::chrono::microseconds(env_long("SPIN_US", o.spin.count()));
     o.task_quota =
-        static_cast<unsigned>(std::max(1L, env_long("COVERSE_TASK_QUOTA", o.task_quota)));
-    o.use_io_uring = env_long("COVERSE_IO_URING", 1) != 0;
+        static_cast<unsigned>(std::clamp(env_long("TASK_QUOTA", o.task_quota), 1L,
+                                         static_cast<long>(std::numeric_limits<unsigned>::max())));
+    o.use_io_uring = env_switch("IO_URING", o.use_io_uring);
     return o;
 }
 
@@ -72,6 +90,11 @@ private:
     bool _stopping = false;
 };
 
+std::string scheduler::describe_io() const {
+    if (_reactor) return _reactor->describe();
+    return "none: " + _no_reactor_why + " (blocking with poll(2))";
+}
+
 scheduler* scheduler::current() noexcept {
     return t_current;
 }
@@ -97,7 +120,8 @@ scheduler::scheduler(scheduler_options opts) : _opts(opts) {
     if (_opts.use_io_uring) {
         _reactor = reactor::create(_opts.ring_entries, &_no_reactor_why);
     } else {
-        _no_reactor_why = "io_uring disabled by configuration (COVERSE_IO_URING=0)";
+        _no_reactor_why =
+            "io_uring disabled by configuration (the IO_URING setting, e.g. COVERSE_IO_URING=0)";
     }
     if (_reactor) _wakeup = std::make_unique<wakeup_read>(*_reactor, _wake_fd);
     _root = std::make_unique<task_scope>("scheduler");

@@ -1,5 +1,5 @@
-// Settings from the environment: the three spellings and their precedence, MEMORY_POOL=0, the
-// pool sizing overrides, malformed values.
+// Settings from the environment: the three spellings and their precedence, command-line
+// overrides above them, MEMORY_POOL=0, the pool sizing overrides, malformed values.
 #include <coverse/alloc/config.hpp>
 #include <coverse/alloc/registration_cache.hpp>
 
@@ -54,6 +54,41 @@ TEST(alloc_config, coverse_spelling_wins_then_plain_then_legacy) {
         EXPECT_EQ(env_setting("MEMORY_POOL")->variable, "COVERSE_MEMORY_POOL");
     }
     EXPECT_FALSE(alloc_config::from_environment().pool_enabled);
+}
+
+TEST(alloc_config, a_command_line_override_wins_over_every_spelling) {
+    clean_env clean;
+    scoped_env ours("COVERSE_MEMORY_POOL", "1");
+    set_command_line_setting("MEMORY_POOL", "off");
+    const auto found = env_setting("MEMORY_POOL");
+    ASSERT_TRUE(found);
+    EXPECT_TRUE(found->command_line);
+    EXPECT_EQ(found->variable, "++set MEMORY_POOL");
+    EXPECT_EQ(found->value, "off");
+    EXPECT_FALSE(alloc_config::from_environment().pool_enabled);
+    clear_command_line_settings();
+    EXPECT_EQ(env_setting("MEMORY_POOL")->variable, "COVERSE_MEMORY_POOL");
+    EXPECT_FALSE(env_setting("MEMORY_POOL")->command_line);
+}
+
+TEST(alloc_config, a_command_line_override_reaches_the_config_in_force) {
+    clean_env clean;
+    const alloc_config saved = current_config();
+    set_config(test::pool_config(true));
+    set_command_line_setting("MEMORY_POOL_GROW", "9");
+    EXPECT_EQ(current_config().pool_grow, 9u) << "the settings are read again after ++set";
+    clear_command_line_settings();
+    EXPECT_EQ(current_config().pool_grow, 128u);
+    set_config(saved);
+}
+
+TEST(alloc_config, an_empty_variable_counts_as_unset) {
+    clean_env clean;
+    scoped_env empty("COVERSE_MEMORY_POOL", "");
+    scoped_env legacy("CMI_VMI_MEMORY_POOL", "0");
+    EXPECT_EQ(env_setting("MEMORY_POOL")->variable, "CMI_VMI_MEMORY_POOL");
+    scoped_env legacy_empty("CMI_VMI_MEMORY_POOL", "");
+    EXPECT_FALSE(env_setting("MEMORY_POOL"));
 }
 
 TEST(alloc_config, pool_sizing_and_leak_report_are_overridable) {

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include <coverse/alloc/config.hpp>
 #include <coverse/net/mesh.hpp>
 #include <coverse/runtime/runtime.hpp>
 
@@ -553,6 +554,32 @@ TEST(mesh_config_test, connection_timeout_comes_from_the_environment) {
     }
     ::unsetenv("COVERSE_CONNECTION_TIMEOUT");
     ::unsetenv("CMI_VMI_CONNECTION_TIMEOUT");
+}
+
+// The error texts told users to set COVERSE_MAX_MESSAGE, but nothing read it: mesh_config
+// always used the 64 MiB default.
+TEST(mesh_config_test, max_message_comes_from_the_settings) {
+    ::unsetenv("COVERSE_MAX_MESSAGE");
+    ::unsetenv("CMI_VMI_MAX_MESSAGE");
+    ::unsetenv("MAX_MESSAGE");
+    EXPECT_EQ(mesh_config{}.max_payload, default_max_payload);
+    ::setenv("COVERSE_MAX_MESSAGE", "1024", 1);
+    EXPECT_EQ(mesh_config{}.max_payload, 1024u);
+    alloc::set_command_line_setting("MAX_MESSAGE", "2048");  // ++set wins over the environment
+    EXPECT_EQ(max_message_from_env(), 2048u);
+    alloc::clear_command_line_settings();
+    for (const char* bad : {"0", "4294967296", "64M"}) {
+        ::setenv("COVERSE_MAX_MESSAGE", bad, 1);
+        try {
+            (void)max_message_from_env();
+            ADD_FAILURE() << bad << " must be refused";
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find(std::string("COVERSE_MAX_MESSAGE=") + bad),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+    ::unsetenv("COVERSE_MAX_MESSAGE");
 }
 }  // namespace
 }  // namespace coverse::net::test

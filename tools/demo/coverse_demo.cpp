@@ -35,22 +35,12 @@ coverse::task<void> slow() {
 
 coverse::task<int> demo() {
     auto& sched = coverse::scheduler::this_thread();
-    if (auto* r = sched.io())
-        std::printf("reactor      %s\n", r->describe().c_str());
+    std::printf("reactor      %s\n", sched.describe_io().c_str());
+    const auto net = coverse::net::describe_backend_choice(sched);
+    if (net.details.empty())
+        std::printf("net          %s\n", net.why.c_str());
     else
-        std::printf("reactor      none: %s (blocking with poll(2))\n",
-                    sched.io_unavailable_reason().c_str());
-
-    std::string why;
-    try {
-        if (auto net =
-                coverse::net::make_backend(sched, coverse::net::backend_kind_from_env(), &why))
-            std::printf("net          %s: %s\n", why.c_str(), net->describe().c_str());
-        else
-            std::printf("net          %s\n", why.c_str());
-    } catch (const std::exception& e) {
-        std::printf("net          %s\n", e.what());
-    }
+        std::printf("net          %s: %s\n", net.why.c_str(), net.details.c_str());
 
     coverse::channel<int> ch(16);
     const auto t0 = coverse::clock::now();
@@ -81,11 +71,18 @@ coverse::task<int> demo() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    try {
+        coverse::settings::consume_command_line(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return 2;
+    }
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
             std::printf(
-                "usage: coverse-demo\n  Runs the coverse runtime tour on one PE and "
-                "exits 0 when every step checked out.\n");
+                "usage: coverse-demo [++set NAME=VALUE]...\n  Runs the coverse runtime tour "
+                "on one PE and exits 0 when every step checked out.\n  ++set overrides a "
+                "setting (coverse-info -c lists them).\n");
             return 0;
         }
         std::fprintf(stderr, "coverse-demo: unknown argument '%s' (try --help)\n", argv[i]);

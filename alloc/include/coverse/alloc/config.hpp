@@ -1,5 +1,7 @@
 // Run-time settings of the alloc layer (pool on/off and sizing, leak report) and the one place
-// that reads them from the environment, in the spellings coverse accepts for every setting.
+// that looks any coverse setting up: command-line overrides, then the environment in the
+// spellings coverse accepts for every setting. The list of settings is runtime's
+// (coverse/runtime/settings.hpp); this layer is below it, so it knows names, not meanings.
 #pragma once
 
 #include <cstddef>
@@ -26,15 +28,30 @@ struct alloc_config {
     static alloc_config from_environment();
 };
 
-/// One environment variable that supplied a setting.
+/// Where a setting's value came from and the value.
 struct env_value {
-    std::string variable;  ///< the spelling that was set, e.g. "CMI_VMI_MEMORY_POOL"
+    /// The spelling that supplied it: "CMI_VMI_MEMORY_POOL", or "++set MEMORY_POOL" for a
+    /// command-line override, so `variable + "=" + value` reads as what the user wrote.
+    std::string variable;
     std::string value;
+    bool command_line = false;
 };
 
-/// Looks a setting up as COVERSE_<name>, then <name>, then the legacy CMI_VMI_<name>; the first
-/// one set wins, so a coverse-specific value overrides one inherited from an old job script.
+/// Looks a setting up: a command-line override first (set_command_line_setting), then
+/// COVERSE_<name>, then <name>, then the legacy CMI_VMI_<name>; the first one set wins, so a
+/// coverse-specific value overrides one inherited from an old job script. An environment
+/// variable set to the empty string counts as unset.
 std::optional<env_value> env_setting(std::string_view name);
+
+/// Records `++set <name>=<value>` from the command line: env_setting(name) returns it before
+/// any environment variable. Thread-safe; meant for start-up (runtime's
+/// settings::consume_command_line), before the layers read their settings. The alloc settings
+/// are read again on the next current_config(), so an override of MEMORY_POOL made after
+/// they were first read still applies to pools created afterwards.
+void set_command_line_setting(std::string_view name, std::string_view value);
+
+/// Forgets every command-line override (tests, tools that parse several command lines).
+void clear_command_line_settings();
 
 /// Parses a switch: 1/0, on/off, true/false, yes/no (any case). nullopt if it is none of them.
 std::optional<bool> parse_switch(std::string_view text);

@@ -44,6 +44,11 @@ const char* to_string(connection_state s) noexcept;
 /// that is not a positive number of seconds is an error naming the variable.
 std::chrono::milliseconds connection_timeout_from_env();
 
+/// The MAX_MESSAGE setting: the largest payload this PE sends or accepts, default_max_payload
+/// (64 MiB) unless set. A value that is not a whole number of bytes from 1 to 4294967295 is
+/// an error naming the variable.
+std::uint32_t max_message_from_env();
+
 struct mesh_config {
     std::uint32_t rank = 0;
     std::uint32_t num_pes = 1;
@@ -51,12 +56,14 @@ struct mesh_config {
     /// peers[r] is where PE r listens; peers[rank] is ignored (we listen on our listener).
     std::vector<endpoint> peers;
     /// CONNECTION_TIMEOUT: set-up (and the disconnect handshake) give up after this long.
-    /// Default 300 s, or COVERSE_CONNECTION_TIMEOUT / CONNECTION_TIMEOUT /
-    /// CMI_VMI_CONNECTION_TIMEOUT (seconds) from the environment.
+    /// Default 300 s, or ++set CONNECTION_TIMEOUT=..., COVERSE_CONNECTION_TIMEOUT,
+    /// CONNECTION_TIMEOUT, CMI_VMI_CONNECTION_TIMEOUT (seconds).
     std::chrono::milliseconds connect_timeout = connection_timeout_from_env();
     std::chrono::milliseconds retry_initial{5};
     std::chrono::milliseconds retry_max{250};
-    std::uint32_t max_payload = default_max_payload;  // COVERSE_MAX_MESSAGE
+    /// MAX_MESSAGE: frames with a longer payload are refused (sending: -EMSGSIZE;
+    /// receiving: the peer's connection is closed with an error naming the setting).
+    std::uint32_t max_payload = max_message_from_env();
     /// Where received payloads are allocated (default new[]).
     payload_allocator payload_alloc;
     /// The protocol version our hello announces (tests change it to prove refusal).

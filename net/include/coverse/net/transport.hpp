@@ -86,14 +86,26 @@ public:
 
 enum class backend_kind { automatic, io_uring, asio };
 
-/// COVERSE_NET_BACKEND: "uring"/"io_uring", "asio", or unset/"auto". Anything else is a
-/// clear error (std::invalid_argument naming the value and the accepted ones).
+/// The NET_BACKEND setting (++set NET_BACKEND=..., COVERSE_NET_BACKEND, ...): "uring"/
+/// "io_uring", "asio", or unset/"auto". Anything else is a clear error (std::invalid_argument
+/// naming the variable, the value and the accepted ones).
 backend_kind backend_kind_from_env();
 
 /// The backend for `sched`. automatic: io_uring when the scheduler has a ring, else Asio.
 /// Asking for io_uring on a scheduler without a ring fails with the reason in `why`.
 /// `why` also receives one line saying which backend was chosen and why.
 std::unique_ptr<backend> make_backend(scheduler& sched, backend_kind kind, std::string* why);
+
+/// What coverse-demo and coverse-info say about networking on `sched`: the backend
+/// make_backend(sched, backend_kind_from_env()) picks, and why. Never throws: a malformed
+/// setting's error becomes the `why`.
+struct backend_report {
+    std::string name;      ///< "io_uring" or "asio"; "" when no backend can serve
+    std::string why;       ///< one line: which backend and why, or why none
+    std::string details;   ///< the backend's describe(); "" when none
+    std::string asked_by;  ///< "COVERSE_NET_BACKEND=asio" when set; "" for the default (auto)
+};
+backend_report describe_backend_choice(scheduler& sched);
 
 /// The backends themselves (net/src/uring_backend.cpp, net/src/asio_backend.cpp). Each
 /// returns null with the reason in `why` when it cannot serve this scheduler.

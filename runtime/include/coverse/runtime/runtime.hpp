@@ -8,6 +8,7 @@
 #include <coverse/runtime/scheduler.hpp>
 #include <coverse/runtime/scope.hpp>
 #include <coverse/runtime/semaphore.hpp>
+#include <coverse/runtime/settings.hpp>
 #include <coverse/runtime/sync_wait.hpp>
 #include <coverse/runtime/task.hpp>
 #include <coverse/runtime/timer.hpp>

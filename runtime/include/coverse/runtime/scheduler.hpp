@@ -69,7 +69,9 @@ struct scheduler_options {
     /// false: never create an io_uring ring (block with poll(2) on the wake-up eventfd).
     bool use_io_uring = true;
 
-    /// Defaults overridden by COVERSE_SPIN_US, COVERSE_TASK_QUOTA, COVERSE_IO_URING=0.
+    /// Defaults overridden by the settings SPIN_US, TASK_QUOTA and IO_URING (command line
+    /// or environment, see docs/settings.md: COVERSE_SPIN_US=50, COVERSE_IO_URING=0). A
+    /// malformed value is reported on stderr and the default kept.
     static scheduler_options from_env();
 };
 
@@ -180,6 +182,9 @@ public:
     coverse::reactor* io() noexcept { return _reactor.get(); }
     /// Why there is no reactor ("" when there is one).
     const std::string& io_unavailable_reason() const noexcept { return _no_reactor_why; }
+    /// One line for coverse-demo and coverse-info: "io_uring: entries=256 single_issuer ...",
+    /// or "none: <why> (blocking with poll(2))".
+    std::string describe_io() const;
     const scheduler_options& options() const noexcept { return _opts; }
     task_scope& root_scope() noexcept { return *_root; }
 
