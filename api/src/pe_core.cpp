@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <coverse/alloc/config.hpp>
 #include <coverse/alloc/message.hpp>
@@ -273,6 +274,13 @@ double pe_core::wall_time() const noexcept {
     abort_job(text);
 }
 
+[[noreturn]] void pe_core::peer_lost(const std::string& text) {
+    // A dead peer is usually seen by the launcher too (it reaps the process). Give it a
+    // moment to stop the job and name the PE that died and how; abort only if it does not.
+    if (_launcher) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    abort_job(text);
+}
+
 // ---------------------------------------------------------------------------------------
 // Handlers
 
@@ -440,7 +448,7 @@ void pe_core::frame_sent(void* ctx, int result) {
 void pe_core::frame_sent(void* ctx, int result, std::uint32_t dest) {
     pe_core& self = *_instance;
     if (result < 0 && !self._shut_down)
-        self.fatal(
+        self.peer_lost(
             "PE " + std::to_string(self._pe) + " could not send a message" +
             (dest != 0xFFFF'FFFFu ? " to PE " + std::to_string(dest) : std::string()) + ": " +
             std::strerror(-result) +
@@ -621,7 +629,7 @@ task<void> pe_core::receive_loop() {
         }
         if (!failure.empty()) {
             if (_shut_down) co_return;
-            fatal("PE " + std::to_string(_pe) + ": " + failure);
+            peer_lost("PE " + std::to_string(_pe) + ": " + failure);
         }
         if (!r) break;
         on_frame(std::move(*r));
@@ -663,9 +671,12 @@ void pe_core::on_frame(net::received r) {
                     (std::uint64_t{r.from} << 32) | (1u << 8) | static_cast<std::uint64_t>(proto));
             }
             ++_recv_seq[r.from];
-            if (!children.empty())
+            if (!children.empty()) {
+                // Counted from now, so a shutdown cannot start before the forward does.
+                _sends_in_flight += children.size();
                 _sched->spawn(forward_task(std::move(children), std::move(r.frame)),
                               "broadcast forward");
+            }
             _net_queue.push_back(msg);
             return;
         }
@@ -693,13 +704,12 @@ task<void> pe_core::forward_task(std::vector<std::uint32_t> to, net::frame f) {
         ++_send_seq[c];
         net::frame_header h = f.header;
         h.source_pe = _pe;
-        ++_sends_in_flight;
         const int rc = co_await _mesh->send(c, h, f.payload_bytes());
         --_sends_in_flight;
         _send_waiters.notify_all();
         if (rc < 0 && !_shut_down)
-            fatal("PE " + std::to_string(_pe) + " could not forward a broadcast to PE " +
-                  std::to_string(c) + ": " + std::strerror(-rc));
+            peer_lost("PE " + std::to_string(_pe) + " could not forward a broadcast to PE " +
+                      std::to_string(c) + ": " + std::strerror(-rc));
     }
 }
 
@@ -752,8 +762,18 @@ task<void> pe_core::timer_task(pe_core* self, double due) {
 }
 
 void pe_core::run_idle_wait() {
-    const double due = _timed.empty() ? -1 : _timed.front().due;
-    if (due >= 0 && (_armed_due < 0 || due < _armed_due)) {
+    double due = _timed.empty() ? -1 : _timed.front().due;
+    // Registered periodic conditions need the loop awake when they come due, too.
+    for (int cond = CcdPERIODIC; cond <= CcdPERIODIC_1second; ++cond)
+        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) {
+            const double next = std::max(_periodic_due, wall_time() + 0.001);
+            due = due < 0 ? next : std::min(due, next);
+            break;
+        }
+    // Re-arm unless a timer task already waits for this deadline or an earlier one that
+    // has not passed yet (an armed deadline in the past is stale: its task may not have
+    // run yet, but it will not wake us again).
+    if (due >= 0 && (_armed_due < 0 || due < _armed_due || _armed_due <= wall_time())) {
         // Wake the loop for the earliest timed callback; its wake-up alone ends the wait.
         _armed_due = due;
         _sched->spawn(timer_task(this, due), "ccd timer");
@@ -876,9 +896,32 @@ void pe_core::call_after(CcdVoidFn fn, void* arg, double msecs) {
     std::push_heap(_timed.begin(), _timed.end(), std::greater<>{});
 }
 
+void pe_core::raise_periodic(double now) {
+    // CcdPERIODIC (every loop turn with callbacks), 10 ms, 100 ms and 1 s conditions,
+    // raised from the scheduler loop like Converse's periodic checks.
+    static constexpr struct {
+        int cond;
+        double period;
+    } periods[] = {
+        {CcdPERIODIC_10ms, 0.010}, {CcdPERIODIC_100ms, 0.100}, {CcdPERIODIC_1second, 1.0}};
+    if (!_conditions[CcdPERIODIC].empty() || !_conditions_keep[CcdPERIODIC].empty())
+        raise_condition(CcdPERIODIC);
+    for (const auto& p : periods) {
+        double& next = _periodic_next[p.cond - CcdPERIODIC_10ms];
+        if (now < next) continue;
+        next = now + p.period;
+        if (!_conditions[p.cond].empty() || !_conditions_keep[p.cond].empty())
+            raise_condition(p.cond);
+    }
+}
+
 void pe_core::fire_timers() {
-    if (_timed.empty()) return;
     const double now = wall_time();
+    if (now >= _periodic_due) {
+        _periodic_due = now + 0.005;  // check the periodic conditions every 5 ms at most
+        raise_periodic(now);
+    }
+    if (_timed.empty()) return;
     while (!_timed.empty() && _timed.front().due <= now) {
         std::pop_heap(_timed.begin(), _timed.end(), std::greater<>{});
         const timed_call c = _timed.back();

@@ -233,10 +233,12 @@ private:
     void call_handler(void* msg);
     void run_idle_wait();
     void fire_timers();
+    void raise_periodic(double now);
     void reduce_progress(std::uint32_t seq);
     void reduce_contribution(void* msg);
     reduction& reduction_for(std::uint32_t seq);
     [[noreturn]] void fatal(const std::string& text);
+    [[noreturn]] void peer_lost(const std::string& text);
 
     static pe_core* _instance;
 
@@ -285,6 +287,8 @@ private:
     int _condition_ids = 0;
     std::vector<timed_call> _timed;  // min-heap on due
     double _armed_due = -1;          // the timed callback a timer task wakes the loop for
+    double _periodic_due = 0;
+    double _periodic_next[3] = {0, 0, 0};  // CcdPERIODIC_10ms, _100ms, _1second
 
     std::vector<std::vector<int>> _groups;
 

@@ -1,0 +1,53 @@
+#!/bin/sh
+# expect_kill.sh: starts kill_check on N PEs, kills the last PE with SIGKILL while the ring
+# runs, and passes only if the launcher exits non-zero within 1 s naming that PE and the
+# signal, and no PE process is left.
+# Usage: expect_kill.sh <PEs> <coverse-run> <args...>
+set -u
+if [ $# -lt 3 ]; then
+    echo "usage: expect_kill.sh <PEs> <coverse-run> <args...>" >&2
+    exit 2
+fi
+npes=$1
+shift
+dir=$(mktemp -d)
+out=$dir/out
+cleanup() {
+    for f in "$dir"/pe*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+    [ -n "${launcher:-}" ] && kill -9 "$launcher" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+KILL_CHECK_DIR=$dir "$@" >"$out" 2>&1 </dev/null &
+launcher=$!
+victim=$((npes - 1))
+i=0
+while [ "$(ls "$dir" | grep -c '\.pid$')" -lt "$npes" ]; do
+    i=$((i + 1))
+    if [ $i -gt 300 ]; then
+        echo "expect_kill.sh: the PEs did not start within 30 s:" >&2
+        cat "$out" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+sleep 0.2
+start=$(date +%s%N)
+kill -9 "$(cat "$dir/pe$victim.pid")"
+wait "$launcher"
+status=$?
+end=$(date +%s%N)
+launcher=
+ms=$(((end - start) / 1000000))
+fail() {
+    echo "expect_kill.sh: $*" >&2
+    cat "$out" >&2
+    exit 1
+}
+[ "$status" -ne 0 ] || fail "the launcher exited with status 0 after PE $victim was killed"
+[ "$ms" -le 1000 ] || fail "the launcher took $ms ms to stop the job (limit 1000 ms)"
+grep -q "PE $victim of $npes.*SIGKILL" "$out" || fail "the output does not name PE $victim and SIGKILL"
+for f in "$dir"/pe*.pid; do
+    if kill -0 "$(cat "$f")" 2>/dev/null; then fail "PE process $(cat "$f") ($f) is still alive"; fi
+done
+echo "expect_kill.sh: kill -9 of PE $victim of $npes stopped the job in $ms ms with status $status ok"
