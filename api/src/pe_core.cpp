@@ -15,6 +15,7 @@
 
 #include <coverse/alloc/config.hpp>
 #include <coverse/alloc/message.hpp>
+#include <coverse/runtime/settings.hpp>
 #include <coverse/runtime/sync_wait.hpp>
 #include <coverse/runtime/timer.hpp>
 
@@ -32,30 +33,6 @@ void wait_list::notify_all() {
 }
 
 namespace {
-
-std::size_t setting_count(std::string_view name, std::size_t fallback) {
-    auto v = alloc::env_setting(name);
-    if (!v) return fallback;
-    auto n = alloc::parse_count(v->value);
-    if (!n) {
-        std::fprintf(stderr, "coverse: %s=%s is not a count; using %zu\n", v->variable.c_str(),
-                     v->value.c_str(), fallback);
-        return fallback;
-    }
-    return *n;
-}
-
-bool setting_switch(std::string_view name, bool fallback) {
-    auto v = alloc::env_setting(name);
-    if (!v) return fallback;
-    auto b = alloc::parse_switch(v->value);
-    if (!b) {
-        std::fprintf(stderr, "coverse: %s=%s is not a switch (1/0, on/off); using %s\n",
-                     v->variable.c_str(), v->value.c_str(), fallback ? "on" : "off");
-        return fallback;
-    }
-    return *b;
-}
 
 // Removes argv[i .. i+k) and keeps the NULL terminator.
 void remove_args(int& argc, char** argv, int i, int k) {
@@ -107,15 +84,6 @@ void pe_core::consume_flags(int& argc, char** argv) {
         } else if (a == "+setcpuaffinity") {
             _opts.set_affinity = true;
             remove_args(argc, argv, i, 1);
-        } else if (a == "++set" && i + 1 < argc) {
-            const std::string_view kv = argv[i + 1];
-            const auto eq = kv.find('=');
-            if (eq == std::string_view::npos || eq == 0)
-                throw std::runtime_error("coverse: ++set needs NAME=VALUE, got \"" +
-                                         std::string(kv) + "\"");
-            const std::string name = "COVERSE_" + std::string(kv.substr(0, eq));
-            setenv(name.c_str(), std::string(kv.substr(eq + 1)).c_str(), 1);
-            remove_args(argc, argv, i, 2);
         } else {
             ++i;
         }
@@ -127,6 +95,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         throw std::runtime_error("coverse: the runtime is already initialised in this process");
     // The self-launch needs the arguments as given (the PEs consume them themselves).
     std::vector<std::string> original(argv, argv + argc);
+    settings::consume_command_line(argc, argv);  // ++set NAME=VALUE
     consume_flags(argc, argv);
 
     std::optional<net::launch_info> info = net::launch_info_from_env();
@@ -144,11 +113,10 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         std::exit(net::run_job(lo));
     }
 
-    _broadcast_tree = setting_switch("BROADCAST_TREE", true);
-    _small_boundary =
-        static_cast<std::uint32_t>(setting_count("SMALL_MESSAGE_BOUNDARY", _small_boundary));
-    const std::size_t max_handles =
-        std::max<std::size_t>(1, setting_count("MAXIMUM_HANDLES", 10000));
+    _broadcast_tree = settings::enabled("BROADCAST_TREE");
+    _small_boundary = static_cast<std::uint32_t>(
+        std::min<std::size_t>(settings::count("SMALL_MESSAGE_BOUNDARY"), 0xFFFF'FFFFu));
+    const std::size_t max_handles = std::max<std::size_t>(1, settings::count("MAXIMUM_HANDLES"));
     _slots.resize(max_handles);
     _free_slots.reserve(max_handles);
     for (std::size_t i = max_handles; i-- > 0;)

@@ -107,54 +107,56 @@ constexpr setting_info registry[] = {
      .planned = true},
 
     // ---- runtime/machine: the machine core ----------------------------------------------
-    {.name = "MAXIMUM_HANDLES",
-     .type = vt::count,
-     .default_value = "10000",
-     .meaning = "live send/receive handles per PE; past it senders wait, never crash",
-     .layer = "runtime/machine",
-     .minimum = 1,
-     .planned = true},
-    {.name = "BROADCAST_TREE",
-     .type = vt::switch_,
-     .default_value = "on",
-     .meaning = "broadcast along a spanning tree of fan-out 4; off: the root sends to every PE",
-     .layer = "runtime/machine",
-     .planned = true},
+    {
+        .name = "MAXIMUM_HANDLES",
+        .type = vt::count,
+        .default_value = "10000",
+        .meaning = "live send/receive handles per PE; past it senders wait, never crash",
+        .layer = "api (machine core)",
+        .minimum = 1,
+    },
+    {
+        .name = "BROADCAST_TREE",
+        .type = vt::switch_,
+        .default_value = "on",
+        .meaning = "broadcast along a spanning tree of fan-out 4; off: the root sends to every PE",
+        .layer = "api (machine core)",
+    },
     {.name = "WAN_LATENCY",
      .type = vt::microseconds,
      .default_value = "1000",
      .meaning = "latency above which two PEs are in different clusters",
-     .layer = "runtime/machine",
+     .layer = "api (machine core)",
      .planned = true},
     {.name = "PROBE_CLUSTERS",
      .type = vt::switch_,
      .default_value = "off",
      .meaning = "probe latencies at start-up and build the cluster map",
-     .layer = "runtime/machine",
+     .layer = "api (machine core)",
      .planned = true},
     {.name = "GRID_QUEUE",
      .type = vt::switch_,
      .default_value = "off",
      .meaning = "messages for registered border objects jump the scheduler queue",
-     .layer = "runtime/machine",
+     .layer = "api (machine core)",
      .planned = true},
     {.name = "GRID_QUEUE_MAXIMUM",
      .type = vt::count,
      .default_value = "100",
      .meaning = "most border objects the grid queue accepts",
-     .layer = "runtime/machine",
+     .layer = "api (machine core)",
      .planned = true},
     {.name = "GRID_QUEUE_INTERVAL",
      .type = vt::microseconds,
      .default_value = "0",
      .meaning = "how often the grid queue re-examines cross-cluster traffic; 0: never",
-     .layer = "runtime/machine",
+     .layer = "api (machine core)",
      .planned = true},
     {.name = "GRID_QUEUE_THRESHOLD",
      .type = vt::count,
      .default_value = "0",
      .meaning = "cross-cluster messages per interval that make an object a border object",
-     .layer = "runtime/machine",
+     .layer = "api (machine core)",
      .planned = true},
 
     // ---- net -----------------------------------------------------------------------------
@@ -204,12 +206,13 @@ constexpr setting_info registry[] = {
      .maximum = 16 * MiB},
 
     // ---- rdma: protocols by size, eager channels ----------------------------------------
-    {.name = "SMALL_MESSAGE_BOUNDARY",
-     .type = vt::bytes,
-     .default_value = "2048",
-     .meaning = "messages up to this size go out in one inline stream send",
-     .layer = "rdma",
-     .planned = true},
+    {
+        .name = "SMALL_MESSAGE_BOUNDARY",
+        .type = vt::bytes,
+        .default_value = "2048",
+        .meaning = "messages up to this size go out in one inline stream send",
+        .layer = "rdma",
+    },
     {.name = "MEDIUM_MESSAGE_BOUNDARY",
      .type = vt::bytes,
      .default_value = "16384",
@@ -270,7 +273,10 @@ constexpr setting_info registry[] = {
 
 // COVERSE_* variables that coverse's own scripts read (scripts/fuzz.sh): not settings, so
 // they do not warn. A tool that passes a variable of its own adds it here.
-constexpr std::string_view script_variables[] = {"FUZZ_CXX", "FUZZ_BUILD_DIR", "FUZZ_SKIP_EXIT"};
+// The launcher's variables for its PEs (net/bootstrap.hpp) are not settings either.
+constexpr std::string_view script_variables[] = {
+    "FUZZ_CXX", "FUZZ_BUILD_DIR", "FUZZ_SKIP_EXIT", "LAUNCHER",
+    "PE",       "NUM_PES",        "JOB_KEY",        "TEST_PID_DIR"};
 
 constexpr std::string_view env_prefixes[] = {"COVERSE_", "CMI_VMI_"};
 
