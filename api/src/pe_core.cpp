@@ -380,17 +380,25 @@ void pe_core::trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t siz
 // Sends
 
 void pe_core::deliver_local(void* owned_copy, std::uint32_t size) {
-    if (trace::enabled()) {
-        const std::uint64_t id = (1ull << 63) | _recv_ids++;
-        const std::uint64_t seq = _recv_seq[_pe]++;
-        const auto proto =
-            size <= _small_boundary ? send_protocol::inline_send : send_protocol::stream;
-        trace::emit(trace::kind::handle_allocated, id, (seq << 32) | size,
-                    (std::uint64_t{_pe} << 32) | (1u << 8) | static_cast<std::uint64_t>(proto));
-    } else {
-        ++_recv_seq[_pe];
-    }
+    trace_receive(owned_copy, _pe, size);
     _net_queue.push_back(owned_copy);
+}
+
+// A receive handle: opened when a message arrives, completed when its handler starts,
+// released when the handler returns. Its index rides in the header's machine fields,
+// which every send overwrites, so a message the handler sends on is not confused with it.
+void pe_core::trace_receive(void* msg, std::uint32_t from, std::uint32_t size) {
+    const std::uint64_t seq = _recv_seq[from]++;
+    if (!trace::enabled()) {
+        header_of(msg)->flags &= ~header_flag_traced_receive;  // a sender's bit means nothing
+        return;
+    }
+    const std::uint32_t index = static_cast<std::uint32_t>(_recv_ids++);
+    const auto proto = size <= _small_boundary ? send_protocol::inline_send : send_protocol::stream;
+    trace::emit(trace::kind::handle_allocated, receive_trace_id(index), (seq << 32) | size,
+                (std::uint64_t{from} << 32) | (1u << 8) | static_cast<std::uint64_t>(proto));
+    header_of(msg)->flags |= header_flag_traced_receive;
+    header_of(msg)->reserved = index;
 }
 
 void pe_core::start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std::uint32_t slot,
@@ -630,15 +638,7 @@ void pe_core::on_frame(net::received r) {
             } else {
                 msg = r.frame.payload.release();  // the payload is a CmiAlloc'd message
             }
-            if (trace::enabled()) {
-                const std::uint64_t id = (1ull << 63) | _recv_ids++;
-                const auto proto =
-                    size <= _small_boundary ? send_protocol::inline_send : send_protocol::stream;
-                trace::emit(
-                    trace::kind::handle_allocated, id, (_recv_seq[r.from] << 32) | size,
-                    (std::uint64_t{r.from} << 32) | (1u << 8) | static_cast<std::uint64_t>(proto));
-            }
-            ++_recv_seq[r.from];
+            trace_receive(msg, r.from, size);
             if (!children.empty()) {
                 // Counted from now, so a shutdown cannot start before the forward does.
                 _sends_in_flight += children.size();
@@ -664,7 +664,7 @@ task<void> pe_core::forward_task(std::vector<std::uint32_t> to, net::frame f) {
     // change or free its message while these sends are still queued.
     for (std::uint32_t c : to) {
         if (trace::enabled()) {
-            const std::uint64_t id = (1ull << 62) | _recv_ids++;
+            const std::uint64_t id = (1ull << 62) | _forward_ids++;
             trace_send(id, c, f.header.payload_length);
             trace::emit(trace::kind::handle_completed, id);
             trace::emit(trace::kind::handle_released, id);
@@ -825,6 +825,11 @@ void* pe_core::get_non_local() {
     if (_net_queue.empty()) return nullptr;
     void* m = _net_queue.front();
     _net_queue.pop_front();
+    if (header_of(m)->flags & header_flag_traced_receive) {  // handed over: its handle ends
+        header_of(m)->flags &= ~header_flag_traced_receive;
+        trace::emit(trace::kind::handle_completed, receive_trace_id(header_of(m)->reserved));
+        trace::emit(trace::kind::handle_released, receive_trace_id(header_of(m)->reserved));
+    }
     return m;
 }
 

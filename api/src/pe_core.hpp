@@ -56,6 +56,14 @@ struct pup_cursor {
     std::byte* out = nullptr;
 };
 
+/// Header flag: the message's receive handle is traced; `reserved` holds its index.
+inline constexpr std::uint32_t header_flag_traced_receive = 0x1;
+/// Trace ids: send handles are (generation << 32 | slot); receive handles and broadcast
+/// forwards have their own id spaces, marked by the top bits.
+inline constexpr std::uint64_t receive_trace_id(std::uint32_t index) noexcept {
+    return (1ull << 63) | index;
+}
+
 /// Protocol of a send, by size (trace events and coverse-trace use the numbers).
 enum class send_protocol : std::uint8_t { inline_send = 0, stream = 1 };
 
@@ -227,6 +235,7 @@ private:
     static void frame_sent(void* ctx, int result, std::uint32_t dest);
     task<void> forward_task(std::vector<std::uint32_t> to, net::frame f);
     void deliver_local(void* owned_copy, std::uint32_t size);
+    void trace_receive(void* msg, std::uint32_t from, std::uint32_t size);
     void trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t size);
     std::vector<std::uint32_t> tree_children(std::uint32_t root, std::uint32_t of) const;
     void* next_message();
@@ -267,6 +276,7 @@ private:
     std::vector<std::uint64_t> _send_seq;
     std::vector<std::uint64_t> _recv_seq;
     std::uint64_t _recv_ids = 0;
+    std::uint64_t _forward_ids = 0;
 
     std::deque<void*> _net_queue;
     priority_queue_cqs _sched_queue;
