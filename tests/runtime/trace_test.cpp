@@ -1,5 +1,6 @@
 // trace sink: off by default and silent; on, every event reaches the per-PE file intact;
-// the reader names the file and offset of a corrupt header and reports a torn tail.
+// the reader names the file and offset of a corrupt header and reports a torn tail. The
+// recorder's limits, sessions and the coverse-trace tool are tested in tests/trace/.
 #include <unistd.h>
 
 #include <cstdio>
@@ -44,6 +45,9 @@ TEST_F(trace_test, events_round_trip_through_the_file) {
     }
     auto f = trace::read_file(path);
     EXPECT_EQ(f.header.pe, 3u);
+    EXPECT_EQ(f.header.version, trace::file_version);
+    EXPECT_EQ(f.info.state(), trace::file_state::closed);
+    EXPECT_EQ(f.info.progress.events_written, 100u);
     EXPECT_EQ(f.truncated_bytes, 0u);
     ASSERT_EQ(f.events.size(), 100u);
     for (std::uint64_t i = 0; i < 100; ++i) {
