@@ -150,6 +150,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     } else {
         _pe = 0;
         _num_pes = 1;
+        start_trace(_sched->io() ? "io_uring (no network: one PE)" : "none (one PE)");
     }
     _send_seq.assign(_num_pes, 0);
     _recv_seq.assign(_num_pes, 0);
@@ -192,6 +193,7 @@ void pe_core::start_networked(const net::launch_info& info) {
                                  ": cannot listen on 127.0.0.1: " + std::strerror(-l.error));
     const std::uint16_t port = l.value->local().port;
 
+    start_trace(_backend_why);
     trace::emit(trace::kind::phase_begin, 1);
     auto table = _launcher->register_node(port, "127.0.0.1", timeout);
     trace::emit(trace::kind::phase_end, 1);
@@ -232,6 +234,39 @@ void pe_core::start_networked(const net::launch_info& info) {
 pe_core::~pe_core() {
     if (!_shut_down) shutdown();
     _instance = nullptr;
+}
+
+void pe_core::start_trace(const std::string& backend) {
+    trace::session_info info;
+    info.pe = _pe;
+    info.num_pes = _num_pes;
+    info.backend = backend;
+    info.provider = "none (stream path only)";
+    for (const auto& s : settings::all()) {
+        try {
+            const auto r = settings::resolve(s.name);
+            info.config +=
+                r.name + "=" + r.value + " (" + std::string(settings::to_string(r.from)) + ")\n";
+        } catch (const std::exception&) {
+        }
+    }
+    _trace = trace::start_from_env(info);  // null unless TRACE is set; throws on a bad DIR
+    if (_trace) {
+        _trace_flush = std::make_unique<trace::flush_poller>(_trace->recorder());
+        _sched->add_poller(*_trace_flush);
+    }
+}
+
+void pe_core::stop_trace() noexcept {
+    // A handler that called ConverseExit never returns: its receive handle ends here.
+    for (auto it = _running_receives.rbegin(); it != _running_receives.rend(); ++it)
+        trace::emit(trace::kind::handle_released, *it);
+    _running_receives.clear();
+    if (_trace_flush) {
+        _sched->remove_poller(*_trace_flush);
+        _trace_flush.reset();
+    }
+    _trace.reset();  // flushes, closes, uninstalls
 }
 
 double pe_core::wall_time() const noexcept {
@@ -315,6 +350,7 @@ std::uint32_t pe_core::acquire_slot(const char* caller) {
     slot.released = false;
     slot.pending = 0;
     slot.free_when_done = nullptr;
+    slot.traced_first = false;
     slot.trace_id = (std::uint64_t{slot.generation} << 32) | s;
     return s;
 }
@@ -401,20 +437,50 @@ void pe_core::trace_receive(void* msg, std::uint32_t from, std::uint32_t size) {
     header_of(msg)->reserved = index;
 }
 
+// Counts the frame in its pair's sequence and opens its trace handle: a send handle's first
+// frame is the handle itself; each further destination (list send, multicast, broadcast)
+// gets a handle of its own, which closes with that frame. Returns that extra handle's
+// index, 0 when there is none.
+std::uint32_t pe_core::trace_frame(std::uint32_t slot, std::uint32_t dest, std::uint32_t size) {
+    std::uint32_t extra = 0;
+    if (trace::enabled()) {
+        auto& sl = _slots[slot];
+        if (!sl.traced_first) {
+            sl.traced_first = true;
+            trace_send(sl.trace_id, dest, size);
+        } else {
+            if (++_extra_trace_ids == 0) ++_extra_trace_ids;
+            extra = _extra_trace_ids;
+            trace_send(extra_trace_id(extra), dest, size);
+        }
+    }
+    ++_send_seq[dest];
+    return extra;
+}
+
+// A destination that is this PE: delivered by copy at once, so an extra handle closes now.
+void pe_core::self_frame_traced(std::uint32_t slot, std::uint32_t size) {
+    if (const std::uint32_t extra = trace_frame(slot, _pe, size)) {
+        trace::emit(trace::kind::handle_completed, extra_trace_id(extra));
+        trace::emit(trace::kind::handle_released, extra_trace_id(extra));
+    }
+}
+
 void pe_core::start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std::uint32_t slot,
                           std::uint16_t flags, std::uint32_t tag) {
-    trace_send(_slots[slot].trace_id, dest, size);
-    ++_send_seq[dest];
+    const std::uint32_t extra = trace_frame(slot, dest, size);
     ++_slots[slot].pending;
     net::frame_header h;
     h.type = net::frame_type::standard;
     h.flags = flags;
     h.tag = tag;
     // Posted, not awaited: no coroutine frame per message; the writer calls back.
-    const int rc = _mesh->post(
-        dest, h, std::span<const std::byte>(static_cast<std::byte*>(buf), size),
-        &pe_core::frame_sent, reinterpret_cast<void*>(static_cast<std::uintptr_t>(slot)));
-    if (rc < 0) frame_sent(reinterpret_cast<void*>(static_cast<std::uintptr_t>(slot)), rc, dest);
+    void* ctx =
+        reinterpret_cast<void*>(static_cast<std::uintptr_t>((std::uint64_t{extra} << 32) | slot));
+    const int rc =
+        _mesh->post(dest, h, std::span<const std::byte>(static_cast<std::byte*>(buf), size),
+                    &pe_core::frame_sent, ctx);
+    if (rc < 0) frame_sent(ctx, rc, dest);
 }
 
 void pe_core::frame_sent(void* ctx, int result) {
@@ -429,7 +495,12 @@ void pe_core::frame_sent(void* ctx, int result, std::uint32_t dest) {
             (dest != 0xFFFF'FFFFu ? " to PE " + std::to_string(dest) : std::string()) + ": " +
             std::strerror(-result) +
             (result == -ENOTCONN || result == -EPIPE ? " (that PE has exited or failed)" : ""));
-    self.slot_sent(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(ctx)));
+    const auto v = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ctx));
+    if (const auto extra = static_cast<std::uint32_t>(v >> 32)) {
+        trace::emit(trace::kind::handle_completed, extra_trace_id(extra));
+        trace::emit(trace::kind::handle_released, extra_trace_id(extra));
+    }
+    self.slot_sent(static_cast<std::uint32_t>(v));
 }
 
 CmiCommHandle pe_core::send(int dest, int size, void* msg, ownership own, const char* caller) {
@@ -473,8 +544,7 @@ CmiCommHandle pe_core::send_many(std::span<const int> pes, int size, void* msg, 
     for (int p : pes) {
         const auto dest = static_cast<std::uint32_t>(p);
         if (dest == _pe) {
-            trace_send(slot.trace_id, dest, usize);
-            ++_send_seq[dest];
+            self_frame_traced(s, usize);
             void* copy = alloc::msg_alloc(usize);
             if (!copy) fatal(std::string(caller) + ": out of memory");
             std::memcpy(copy, buf, usize);
@@ -532,8 +602,7 @@ CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool includ
     slot.pending = 1;
     if (own != ownership::borrow) slot.free_when_done = buf;
     if (include_self) {
-        trace_send(slot.trace_id, _pe, usize);
-        ++_send_seq[_pe];
+        self_frame_traced(s, usize);
         void* copy = alloc::msg_alloc(usize);
         if (!copy) fatal(std::string(caller) + ": out of memory");
         std::memcpy(copy, buf, usize);
@@ -707,11 +776,24 @@ void pe_core::call_handler(void* msg) {
               ", which is not registered here (" + std::to_string(_handlers.size()) +
               " handlers registered); register the same handlers in the same order on every PE "
               "before messages for them arrive");
-    delivery_guard guard(*_sched);
-    if (e->fnx)
-        e->fnx(msg, e->user);
-    else
-        e->fn(msg);
+    std::uint64_t traced = 0;
+    if (header_of(msg)->flags & header_flag_traced_receive) {
+        header_of(msg)->flags &= ~header_flag_traced_receive;
+        traced = receive_trace_id(header_of(msg)->reserved);
+        trace::emit(trace::kind::handle_completed, traced);
+        _running_receives.push_back(traced);
+    }
+    {
+        delivery_guard guard(*_sched);
+        if (e->fnx)
+            e->fnx(msg, e->user);
+        else
+            e->fn(msg);
+    }
+    if (traced) {
+        _running_receives.pop_back();
+        trace::emit(trace::kind::handle_released, traced);
+    }
 }
 
 void pe_core::handle_message(void* msg) {
@@ -1118,6 +1200,7 @@ std::optional<std::string> pe_core::read_line() {
 
 [[noreturn]] void pe_core::abort_job(const std::string& text) {
     std::fflush(stdout);
+    if (_trace) _trace->flush();  // what led to the abort is what the trace is for
     if (_launcher) {
         _launcher->abort(1, text);
     } else {
@@ -1157,6 +1240,7 @@ void pe_core::shutdown() {
     _mesh.reset();
     _backend.reset();
     _launcher.reset();
+    stop_trace();
     _sched.reset();
 }
 

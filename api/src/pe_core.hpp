@@ -30,6 +30,7 @@
 #include <coverse/runtime/scheduler.hpp>
 #include <coverse/runtime/task.hpp>
 #include <coverse/runtime/trace.hpp>
+#include <coverse/runtime/trace_poller.hpp>
 
 #include "cqs.hpp"
 
@@ -62,6 +63,9 @@ inline constexpr std::uint32_t header_flag_traced_receive = 0x1;
 /// forwards have their own id spaces, marked by the top bits.
 inline constexpr std::uint64_t receive_trace_id(std::uint32_t index) noexcept {
     return (1ull << 63) | index;
+}
+inline constexpr std::uint64_t extra_trace_id(std::uint32_t index) noexcept {
+    return (1ull << 61) | index;
 }
 
 /// Protocol of a send, by size (trace events and coverse-trace use the numbers).
@@ -192,6 +196,7 @@ private:
         bool released = false;
         void* free_when_done = nullptr;  // AndFree buffer (refcounted if shared)
         std::uint64_t trace_id = 0;
+        bool traced_first = false;  // the handle's own trace id went to its first frame
     };
     struct reduction {
         bool local_in = false;
@@ -217,6 +222,8 @@ private:
     };
 
     void consume_flags(int& argc, char** argv);
+    void start_trace(const std::string& backend);
+    void stop_trace() noexcept;
     void start_networked(const net::launch_info& info);
     task<void> receive_loop();
     void on_frame(net::received r);
@@ -237,6 +244,8 @@ private:
     void deliver_local(void* owned_copy, std::uint32_t size);
     void trace_receive(void* msg, std::uint32_t from, std::uint32_t size);
     void trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t size);
+    std::uint32_t trace_frame(std::uint32_t slot, std::uint32_t dest, std::uint32_t size);
+    void self_frame_traced(std::uint32_t slot, std::uint32_t size);
     std::vector<std::uint32_t> tree_children(std::uint32_t root, std::uint32_t of) const;
     void* next_message();
     void call_handler(void* msg);
@@ -260,7 +269,8 @@ private:
     std::unique_ptr<net::backend> _backend;
     std::unique_ptr<net::mesh> _mesh;
     std::unique_ptr<net::launcher_client> _launcher;
-    // TRACE: std::unique_ptr<trace::session> _trace; (issue 6 integration)
+    std::unique_ptr<trace::session> _trace;             // COVERSE_TRACE=DIR
+    std::unique_ptr<trace::flush_poller> _trace_flush;  // hands chunks over when idle
     std::string _backend_why;
     bool _broadcast_tree = true;
     std::uint32_t _small_boundary = 2048;
@@ -277,6 +287,8 @@ private:
     std::vector<std::uint64_t> _recv_seq;
     std::uint64_t _recv_ids = 0;
     std::uint64_t _forward_ids = 0;
+    std::uint32_t _extra_trace_ids = 0;
+    std::vector<std::uint64_t> _running_receives;  // receive handles whose handler runs
 
     std::deque<void*> _net_queue;
     priority_queue_cqs _sched_queue;

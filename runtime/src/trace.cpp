@@ -2,6 +2,8 @@
 // fixed file offsets), the session that installs it, COVERSE_TRACE* parsing, and the reader.
 #include <coverse/runtime/trace.hpp>
 
+#include <coverse/alloc/config.hpp>
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -170,13 +172,15 @@ std::uint64_t parse_limit(const std::string& text) {
 }  // namespace
 
 std::optional<record_options> record_options::from_env() {
-    const char* dir = std::getenv("COVERSE_TRACE");
-    if (!dir || !*dir) return std::nullopt;
+    // Through alloc's env_setting, like every setting: ++set TRACE=DIR, COVERSE_TRACE, ...
+    const auto dir = alloc::env_setting("TRACE");
+    if (!dir || dir->value.empty()) return std::nullopt;
     record_options o;
-    o.dir = dir;
-    if (const char* v = std::getenv("COVERSE_TRACE_LIMIT"); v && *v) o.limit_bytes = parse_limit(v);
-    if (const char* v = std::getenv("COVERSE_TRACE_MODE"); v && *v) {
-        const std::string mode = v;
+    o.dir = dir->value;
+    if (const auto v = alloc::env_setting("TRACE_LIMIT"); v && !v->value.empty())
+        o.limit_bytes = parse_limit(v->value.c_str());
+    if (const auto v = alloc::env_setting("TRACE_MODE"); v && !v->value.empty()) {
+        const std::string mode = v->value;
         if (mode == "stop")
             o.mode = limit_mode::stop;
         else if (mode == "ring")

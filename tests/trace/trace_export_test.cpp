@@ -3,6 +3,9 @@
 // on one thread nested or disjoint, flows with both ends bound to slices, ts monotonic per
 // track — and shows what the run did: a slice per handle, a flow per message, phases,
 // counters.
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <set>
 
 #include "trace_test_support.hpp"
@@ -323,3 +326,56 @@ TEST_F(trace_export_test, odd_strings_still_make_valid_json) {
 
 }  // namespace
 }  // namespace coverse::test
+
+#ifdef COVERSE_RUN_PATH
+namespace coverse::test {
+namespace {
+
+// Runs `program` on `pes` PEs through coverse-run with COVERSE_TRACE=dir.
+int run_traced_job(const fs::path& dir, int pes, const std::string& program,
+                   const std::string& args = "") {
+    const std::string cmd = "COVERSE_TRACE='" + dir.string() + "' '" COVERSE_RUN_PATH "' -n " +
+                            std::to_string(pes) + " '" + program + "' " + args + " > '" +
+                            (dir / "job.out").string() + "' 2>&1";
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+}
+
+TEST_F(trace_export_test, a_real_four_pe_job_exports_closed_slices_and_paired_flows_and_no_leak) {
+    ASSERT_EQ(run_traced_job(dir, 4, TRACE_JOB_PE), 0) << read_text(dir / "job.out");
+    for (int pe = 0; pe < 4; ++pe)
+        EXPECT_TRUE(fs::exists(dir / trace::file_name(pe))) << "no trace file for PE " << pe;
+    const auto c = export_dir();
+    EXPECT_GT(c.flows, 100u) << "every message is a flow from its send to its receive";
+    for (const auto* h : with(c, "X", "handle"))
+        EXPECT_TRUE(std::get<bool>((*h)["args"]["released"].v)) << "an unreleased handle";
+    std::set<std::string> phase_names;
+    for (const auto* p : with(c, "X", "phase"))
+        phase_names.insert((*p)["name"].str());
+    EXPECT_TRUE(phase_names.count("register with launcher"));
+    EXPECT_TRUE(phase_names.count("mesh connect"));
+    EXPECT_TRUE(phase_names.count("shutdown handshake"));
+    const auto leaks = cli({"leaks", dir.string()});
+    EXPECT_EQ(leaks.status, 0) << leaks.out << leaks.err;
+    EXPECT_NE(leaks.out.find("none"), std::string::npos) << leaks.out;
+}
+
+TEST_F(trace_export_test, a_handle_the_program_never_releases_is_reported_by_leaks) {
+    ASSERT_EQ(run_traced_job(dir, 2, TRACE_LEAKY_PE), 0) << read_text(dir / "job.out");
+    const auto leaks = cli({"leaks", dir.string()});
+    EXPECT_EQ(leaks.status, 1) << leaks.out << leaks.err;
+    EXPECT_NE(leaks.out.find("PE 0"), std::string::npos) << leaks.out;
+    EXPECT_NE(leaks.out.find("send"), std::string::npos) << leaks.out;
+    EXPECT_NE(leaks.out.find("1 found"), std::string::npos) << leaks.out;
+
+    // The same program releasing its handle leaves nothing behind.
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    ASSERT_EQ(run_traced_job(dir, 2, TRACE_LEAKY_PE, "-clean"), 0) << read_text(dir / "job.out");
+    const auto clean = cli({"leaks", dir.string()});
+    EXPECT_EQ(clean.status, 0) << clean.out << clean.err;
+}
+
+}  // namespace
+}  // namespace coverse::test
+#endif
