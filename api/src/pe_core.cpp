@@ -715,6 +715,7 @@ void pe_core::on_frame(net::received r) {
                               "broadcast forward");
             }
             _net_queue.push_back(msg);
+            _sched->end_turn();  // the handler runs before the loop enters the kernel again
             return;
         }
         case net::frame_type::barrier:

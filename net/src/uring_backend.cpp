@@ -703,10 +703,33 @@ task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> par
     for (const auto& p : parts)
         if (!p.empty()) iov[k++] = {const_cast<std::byte*>(p.data()), p.size()};
 
+    std::size_t first = 0;
+    // Try first: one non-blocking sendmsg puts a small frame on the wire now, instead of
+    // after the loop's next trip into the kernel plus a completion to reap (the same one
+    // system call either way). What does not fit goes through io_uring below.
+    if (_state.fd >= 0 && !_state.closing && _cfg.zc_threshold == 0 && count > 0) {
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = std::min(count, max_iov);
+        const ssize_t r = ::sendmsg(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) co_return -errno;
+        auto left = r > 0 ? static_cast<std::size_t>(r) : 0;
+        while (left > 0) {
+            iovec& v = iov[first];
+            if (left >= v.iov_len) {
+                left -= v.iov_len;
+                ++first;
+            } else {
+                v.iov_base = static_cast<std::byte*>(v.iov_base) + left;
+                v.iov_len -= left;
+                left = 0;
+            }
+        }
+    }
+
     // MSG_WAITALL: the kernel itself continues a short send on a stream socket, so one
     // request usually carries the whole gather; the loop covers caps, signals and slices.
     constexpr int flags = MSG_NOSIGNAL | MSG_WAITALL;
-    std::size_t first = 0;
     while (first < count) {
         const std::size_t n = std::min(count - first, max_iov);
         std::size_t bytes = 0;

@@ -316,6 +316,12 @@ bool scheduler::deliver_one() {
 
 bool scheduler::run_once() {
     bool did = run_ready();
+    if (_end_turn) {
+        // A task made something ready for the loop's caller (a message for a handler):
+        // return to it now rather than after a trip into the kernel.
+        _end_turn = false;
+        return true;
+    }
     did |= drain_remote();
     if (!_timers.empty()) did |= fire_timers(clock::now());
     if (_reactor) did |= _reactor->poll();

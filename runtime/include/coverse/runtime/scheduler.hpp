@@ -119,6 +119,11 @@ public:
     /// callers that pump deliveries one by one. Returns whether one ran.
     bool deliver_one();
 
+    /// Ends the current loop iteration right after the ready tasks, before remote posts,
+    /// timers and the reactor (which enters the kernel): for a task that just made work for
+    /// the loop's caller, e.g. a received message its handler should see at once. The
+    /// skipped steps run in the next iteration.
+    void end_turn() noexcept { _end_turn = true; }
     /// One loop iteration without blocking: ready tasks (up to the quota), remote posts,
     /// expired timers, the reactor, the pollers, and deliveries when not nested.
     /// Returns whether anything ran.
@@ -228,6 +233,7 @@ private:
     std::vector<poller*> _pollers;
     std::deque<std::function<void()>> _deliveries;
     int _delivery_depth = 0;
+    bool _end_turn = false;
 
     // Producers push one node each; the loop takes the whole stack with one atomic
     // exchange and runs it oldest first, so each producer's items keep their order.
