@@ -593,29 +593,33 @@ bool take_value(char** argv, const char* arg, const char** value) {
     }
     return false;
 }
+// take_value, then a whole number (decimal, 0x hex or 0 octal); anything else aborts
+// naming the argument, as a typo in a job script should not run with a default.
+bool take_integer(char** argv, const char* arg, long long* out) {
+    const char* v = nullptr;
+    if (!take_value(argv, arg, &v)) return false;
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v, &end, 0);
+    if (errno || end == v || *end) CmiAbort("argument %s expects an integer, got \"%s\"", arg, v);
+    *out = x;
+    return true;
+}
 }  // namespace
 
 int CmiGetArgIntDesc(char** argv, const char* arg, int* out, const char*) {
-    const char* v = nullptr;
-    if (!take_value(argv, arg, &v)) return 0;
-    char* end = nullptr;
-    errno = 0;
-    const long x = std::strtol(v, &end, 0);
-    if (errno || end == v || *end) CmiAbort("argument %s expects an integer, got \"%s\"", arg, v);
-    *out = static_cast<int>(x);
+    long long v = 0;
+    if (!take_integer(argv, arg, &v)) return 0;
+    *out = static_cast<int>(v);
     return 1;
 }
 int CmiGetArgInt(char** argv, const char* arg, int* out) {
     return CmiGetArgIntDesc(argv, arg, out, "");
 }
 int CmiGetArgLongDesc(char** argv, const char* arg, CmiInt8* out, const char*) {
-    const char* v = nullptr;
-    if (!take_value(argv, arg, &v)) return 0;
-    char* end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(v, &end, 0);
-    if (errno || end == v || *end) CmiAbort("argument %s expects an integer, got \"%s\"", arg, v);
-    *out = x;
+    long long v = 0;
+    if (!take_integer(argv, arg, &v)) return 0;
+    *out = v;
     return 1;
 }
 int CmiGetArgLong(char** argv, const char* arg, CmiInt8* out) {

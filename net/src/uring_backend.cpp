@@ -685,6 +685,25 @@ task<void> uring_stream::close() {
     if (_multishot) _multishot->release();
 }
 
+namespace {
+// Steps past `sent` bytes of iov[first..]: a partly sent iovec continues from its remainder.
+// Returns the first iovec with bytes left.
+std::size_t step_past(iovec* iov, std::size_t first, std::size_t sent) noexcept {
+    while (sent > 0) {
+        iovec& v = iov[first];
+        if (sent >= v.iov_len) {
+            sent -= v.iov_len;
+            ++first;
+        } else {
+            v.iov_base = static_cast<std::byte*>(v.iov_base) + sent;
+            v.iov_len -= sent;
+            sent = 0;
+        }
+    }
+    return first;
+}
+}  // namespace
+
 task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> parts) {
     // The iovecs live in this frame, which outlives every request below (each resumes us
     // only at its final completion). Empty parts are dropped: they would only cost slots.
@@ -713,18 +732,7 @@ task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> par
         msg.msg_iovlen = std::min(count, max_iov);
         const ssize_t r = ::sendmsg(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) co_return -errno;
-        auto left = r > 0 ? static_cast<std::size_t>(r) : 0;
-        while (left > 0) {
-            iovec& v = iov[first];
-            if (left >= v.iov_len) {
-                left -= v.iov_len;
-                ++first;
-            } else {
-                v.iov_base = static_cast<std::byte*>(v.iov_base) + left;
-                v.iov_len -= left;
-                left = 0;
-            }
-        }
+        if (r > 0) first = step_past(iov, first, static_cast<std::size_t>(r));
     }
 
     // MSG_WAITALL: the kernel itself continues a short send on a stream socket, so one
@@ -765,19 +773,7 @@ task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> par
         }
         if (r < 0) co_return r;
         if (r == 0) co_return -EPIPE;  // a stream socket accepted nothing: never spin on it
-        // Step past what went out; a partly sent iovec continues from its remainder.
-        auto left = static_cast<std::size_t>(r);
-        while (left > 0) {
-            iovec& v = iov[first];
-            if (left >= v.iov_len) {
-                left -= v.iov_len;
-                ++first;
-            } else {
-                v.iov_base = static_cast<std::byte*>(v.iov_base) + left;
-                v.iov_len -= left;
-                left = 0;
-            }
-        }
+        first = step_past(iov, first, static_cast<std::size_t>(r));
     }
     co_return 0;
 }

@@ -209,11 +209,10 @@ bool reactor::drain(std::chrono::nanoseconds limit) {
     return true;
 }
 
-std::string reactor::describe() const {
-    const auto& f = _features;
-    std::string s = "io_uring: entries=" + std::to_string(f.entries);
+std::vector<std::string> reactor::feature_names(const reactor_features& f) {
+    std::vector<std::string> names;
     auto add = [&](bool on, const char* name) {
-        if (on) (s += ' ') += name;
+        if (on) names.emplace_back(name);
     };
     add(f.single_issuer, "single_issuer");
     add(f.defer_taskrun, "defer_taskrun");
@@ -224,6 +223,13 @@ std::string reactor::describe() const {
     add(f.fast_poll, "fast_poll");
     add(f.send_zc, "send_zc");
     add(f.buf_ring, "buf_ring");
+    return names;
+}
+
+std::string reactor::describe() const {
+    std::string s = "io_uring: entries=" + std::to_string(_features.entries);
+    for (const auto& name : feature_names(_features))
+        (s += ' ') += name;
     return s;
 }
 

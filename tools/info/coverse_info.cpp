@@ -65,23 +65,6 @@ uring_probe probe_uring() {
     return p;
 }
 
-std::vector<std::string> uring_feature_names(const coverse::reactor_features& f) {
-    std::vector<std::string> names;
-    auto add = [&](bool on, const char* name) {
-        if (on) names.emplace_back(name);
-    };
-    add(f.single_issuer, "single_issuer");
-    add(f.defer_taskrun, "defer_taskrun");
-    add(f.coop_taskrun, "coop_taskrun");
-    add(f.submit_all, "submit_all");
-    add(f.ext_arg, "ext_arg");
-    add(f.nodrop, "nodrop");
-    add(f.fast_poll, "fast_poll");
-    add(f.send_zc, "send_zc");
-    add(f.buf_ring, "buf_ring");
-    return names;
-}
-
 struct rdma_probe {
     bool checked = false;
     std::vector<std::string> devices;
@@ -302,7 +285,7 @@ void print_json(const std::vector<setting_row>& rows, const std::vector<std::str
                 uring.available ? "true" : "false", sched.io() ? "true" : "false",
                 quoted(uring.available ? sched.io_unavailable_reason() : uring.why_not).c_str());
     std::printf("\"entries\": %u, \"features\": %s},\n", uring.features.entries,
-                string_array(uring_feature_names(uring.features)).c_str());
+                string_array(coverse::reactor::feature_names(uring.features)).c_str());
     std::printf("  \"net\": {\"backend\": %s, \"why\": %s, \"details\": %s, \"asked_by\": %s},\n",
                 quoted(net.name).c_str(), quoted(net.why).c_str(), quoted(net.details).c_str(),
                 quoted(net.asked_by).c_str());

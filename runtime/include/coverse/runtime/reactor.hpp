@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace coverse {
 
@@ -83,6 +84,8 @@ public:
     const reactor_features& features() const noexcept { return _features; }
     /// One line: "io_uring: entries=256 single_issuer defer_taskrun ... send_zc".
     std::string describe() const;
+    /// The names of the granted features, in describe()'s order ("single_issuer", ...).
+    static std::vector<std::string> feature_names(const reactor_features& f);
 
     io_uring* ring() noexcept { return &_ring; }
 
