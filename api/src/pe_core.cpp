@@ -137,6 +137,10 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     const net::backend_kind kind = net::backend_kind_from_env();
     scheduler_options so = scheduler_options::from_env();
     if (kind == net::backend_kind::asio) so.use_io_uring = false;  // Asio blocks by itself
+    // More PEs on this host than cores we may run on: spinning PEs would take the core from
+    // the PE they wait for, so an idle PE yields while it spins.
+    if (info && info->num_pes > static_cast<std::uint32_t>(CmiNumCores()))
+        so.yield_while_spinning = true;
     _sched = std::make_unique<scheduler>(so);
     _instance = this;
 

@@ -4,6 +4,7 @@
 #include <coverse/runtime/scheduler.hpp>
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -346,6 +347,7 @@ void scheduler::step(loop_state& st) {
     }
     // Keep polling while the spin budget lasts (a wake-up costs ~8 µs); the clock is read
     // only every 64 idle iterations so that spinning is mostly polling.
+    if (_opts.yield_while_spinning) ::sched_yield();
     if ((++st.idle_polls & 63) != 0) return;
     const auto now = clock::now();
     if (now - st.idle_since < _opts.spin) return;

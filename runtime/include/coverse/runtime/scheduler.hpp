@@ -68,6 +68,10 @@ struct scheduler_options {
     unsigned ring_entries = 256;
     /// false: never create an io_uring ring (block with poll(2) on the wake-up eventfd).
     bool use_io_uring = true;
+    /// Yield the CPU (sched_yield) on each idle poll while spinning: for more busy
+    /// processes than cores (4 PEs on 2 cores), where a spinning PE would otherwise hold
+    /// the core the PE it waits for needs.
+    bool yield_while_spinning = false;
 
     /// Defaults overridden by the settings SPIN_US, TASK_QUOTA and IO_URING (command line
     /// or environment, see docs/settings.md: COVERSE_SPIN_US=50, COVERSE_IO_URING=0). A
