@@ -483,7 +483,9 @@ task<void> mesh::reader(connection* c) {
     while (!c->failed) {
         std::span<std::byte> window = c->reader.payload_window();
         const bool direct = window.size() >= direct_receive_min;
-        const int n = co_await c->s->recv_some(direct ? window : std::span<std::byte>(buf));
+        // A large payload of known length is received in place, in one request.
+        const int n = direct ? co_await c->s->recv_all(window)
+                             : co_await c->s->recv_some(std::span<std::byte>(buf));
         if (n > 0) {
             if (direct) {
                 c->reader.commit_payload(static_cast<std::size_t>(n));

@@ -659,6 +659,7 @@ public:
         : _state(s, fd), _peer(std::move(peer)), _cfg(cfg) {}
 
     task<int> send_all(std::span<const std::span<const std::byte>> parts) override;
+    task<int> recv_all(std::span<std::byte> buf) override;
     task<int> recv_some(std::span<std::byte> buf) override;
     void shutdown_send() noexcept override {
         if (_state.fd >= 0) ::shutdown(_state.fd, SHUT_WR);
@@ -805,6 +806,17 @@ task<int> uring_stream::recv_some(std::span<std::byte> buf) {
     const auto len = static_cast<unsigned>(std::min(buf.size(), max_request_bytes));
     co_return co_await on(
         _state, [p, len](io_uring_sqe* sqe, int fd) { io_uring_prep_recv(sqe, fd, p, len, 0); });
+}
+
+task<int> uring_stream::recv_all(std::span<std::byte> buf) {
+    if (_multishot) co_return co_await (*_multishot)(buf);  // buffers are the ring's
+    // MSG_WAITALL: io_uring retries short receives itself and completes once, when the
+    // whole payload is in (or the stream ended or failed first).
+    void* p = buf.data();
+    const auto len = static_cast<unsigned>(std::min(buf.size(), max_request_bytes));
+    co_return co_await on(_state, [p, len](io_uring_sqe* sqe, int fd) {
+        io_uring_prep_recv(sqe, fd, p, len, MSG_WAITALL);
+    });
 }
 
 task<int> uring_stream::connect(sockaddr_in to) {

@@ -48,6 +48,12 @@ public:
     /// Receives up to buf.size() bytes: > 0 bytes, 0 at the peer's end of stream, -errno.
     virtual task<int> recv_some(std::span<std::byte> buf) = 0;
 
+    /// Receives into all of `buf` when the bytes come: for a large payload whose length is
+    /// known, one request instead of one per arriving chunk. Returns what arrived (buf.size()
+    /// unless the stream ended or failed first: then fewer bytes, 0 or -errno as recv_some).
+    /// The default is recv_some.
+    virtual task<int> recv_all(std::span<std::byte> buf) { return recv_some(buf); }
+
     /// Half-closes our sending side: after our data, the peer's receive returns 0.
     virtual void shutdown_send() noexcept = 0;
 
