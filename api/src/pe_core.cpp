@@ -156,8 +156,10 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         _num_pes = 1;
         start_trace(_sched->io() ? "io_uring (no network: one PE)" : "none (one PE)");
     }
-    _send_seq.assign(_num_pes, 0);
-    _recv_seq.assign(_num_pes, 0);
+    if (_send_seq.size() != _num_pes) {  // one PE: no network start-up set them
+        _send_seq.assign(_num_pes, 0);
+        _recv_seq.assign(_num_pes, 0);
+    }
 
     if (_opts.set_affinity) {
         cpu_set_t allowed;
@@ -178,6 +180,10 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
 void pe_core::start_networked(const net::launch_info& info) {
     _pe = info.pe;
     _num_pes = info.num_pes;
+    // Counted from the first frame: messages may arrive while start-up still waits in
+    // its barrier (a faster PE's start function already sends).
+    _send_seq.assign(_num_pes, 0);
+    _recv_seq.assign(_num_pes, 0);
     if (_opts.num_pes_flag && _opts.num_pes_flag != _num_pes)
         throw std::runtime_error("coverse: PE " + std::to_string(_pe) + ": +p" +
                                  std::to_string(_opts.num_pes_flag) +
@@ -198,6 +204,7 @@ void pe_core::start_networked(const net::launch_info& info) {
     const std::uint16_t port = l.value->local().port;
 
     start_trace(_backend_why);
+    shm_create(info);  // before registering: peers may map our rings once the mesh is up
     trace::emit(trace::kind::phase_begin, 1);
     auto table = _launcher->register_node(port, "127.0.0.1", timeout);
     trace::emit(trace::kind::phase_end, 1);
@@ -232,6 +239,7 @@ void pe_core::start_networked(const net::launch_info& info) {
         trace::emit(trace::kind::phase_end, 2);
         _receiving = true;
         _sched->spawn(receive_loop(), "coverse receive loop");
+        shm_connect(info, table);
     }
 }
 
@@ -474,13 +482,26 @@ void pe_core::start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std
                           std::uint16_t flags, std::uint32_t tag) {
     const std::uint32_t extra = trace_frame(slot, dest, size);
     ++_slots[slot].pending;
+    void* ctx =
+        reinterpret_cast<void*>(static_cast<std::uintptr_t>((std::uint64_t{extra} << 32) | slot));
+    transmit(dest, buf, size, flags, tag, ctx);
+}
+
+// One frame to `dest`: through its shared-memory ring when it is on this host, else the
+// mesh. Every frame to one PE takes the same path, so they stay in order. `ctx` says what
+// completes when the bytes are out (see frame_sent).
+void pe_core::transmit(std::uint32_t dest, void* buf, std::uint32_t size, std::uint16_t flags,
+                       std::uint32_t tag, void* ctx) {
+    if (!_shm_out.empty() && _shm_out[dest].ring) {
+        shm_send(dest, static_cast<const std::byte*>(buf), size,
+                 (flags & net::frame_flags::broadcast) ? net::shm_flags::broadcast : 0, tag, ctx);
+        return;
+    }
     net::frame_header h;
     h.type = net::frame_type::standard;
     h.flags = flags;
     h.tag = tag;
     // Posted, not awaited: no coroutine frame per message; the writer calls back.
-    void* ctx =
-        reinterpret_cast<void*>(static_cast<std::uintptr_t>((std::uint64_t{extra} << 32) | slot));
     const int rc =
         _mesh->post(dest, h, std::span<const std::byte>(static_cast<std::byte*>(buf), size),
                     &pe_core::frame_sent, ctx);
@@ -500,6 +521,12 @@ void pe_core::frame_sent(void* ctx, int result, std::uint32_t dest) {
             std::strerror(-result) +
             (result == -ENOTCONN || result == -EPIPE ? " (that PE has exited or failed)" : ""));
     const auto v = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ctx));
+    if (v & forward_ctx_bit) {  // a broadcast forward: drop its reference to the buffer
+        alloc::msg_free(reinterpret_cast<void*>(static_cast<std::uintptr_t>(v & ~forward_ctx_bit)));
+        --self._sends_in_flight;
+        self._send_waiters.notify_all();
+        return;
+    }
     if (const auto extra = static_cast<std::uint32_t>(v >> 32)) {
         trace::emit(trace::kind::handle_completed, extra_trace_id(extra));
         trace::emit(trace::kind::handle_released, extra_trace_id(extra));
@@ -699,27 +726,8 @@ void pe_core::on_frame(net::received r) {
                 ++_recv_seq[r.from];
                 return;
             }
-            std::vector<std::uint32_t> children;
-            if (h.flags & net::frame_flags::broadcast) children = tree_children(h.tag, _pe);
-            void* msg = nullptr;
-            if (!children.empty()) {
-                // The frame's buffer goes on to the tree children; the handler gets a copy it
-                // may change or free while those sends are still queued.
-                msg = alloc::msg_alloc(size);
-                if (!msg) fatal("out of memory receiving " + std::to_string(size) + " bytes");
-                std::memcpy(msg, r.frame.payload.get(), size);
-            } else {
-                msg = r.frame.payload.release();  // the payload is a CmiAlloc'd message
-            }
-            trace_receive(msg, r.from, size);
-            if (!children.empty()) {
-                // Counted from now, so a shutdown cannot start before the forward does.
-                _sends_in_flight += children.size();
-                _sched->spawn(forward_task(std::move(children), std::move(r.frame)),
-                              "broadcast forward");
-            }
-            _net_queue.push_back(msg);
-            _sched->end_turn();  // the handler runs before the loop enters the kernel again
+            accept_message(r.from, r.frame.payload.release(), size,
+                           (h.flags & net::frame_flags::broadcast) != 0, h.tag);
             return;
         }
         case net::frame_type::barrier:
@@ -733,26 +741,36 @@ void pe_core::on_frame(net::received r) {
     }
 }
 
-task<void> pe_core::forward_task(std::vector<std::uint32_t> to, net::frame f) {
-    // The frame's own buffer goes on to the children; the handler got a copy, so it may
-    // change or free its message while these sends are still queued.
-    for (std::uint32_t c : to) {
-        if (trace::enabled()) {
-            const std::uint64_t id = (1ull << 62) | _forward_ids++;
-            trace_send(id, c, f.header.payload_length);
-            trace::emit(trace::kind::handle_completed, id);
-            trace::emit(trace::kind::handle_released, id);
+// A received message (CmiAlloc'd, owned): forwarded along its broadcast tree, then queued
+// for its handler. The same for both paths (TCP mesh, shared-memory ring).
+void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
+                             std::uint32_t root) {
+    std::vector<std::uint32_t> children;
+    if (broadcast) children = tree_children(root, _pe);
+    if (!children.empty()) {
+        // The received buffer goes on to the tree children (each holding a reference); the
+        // handler gets a copy it may change or free while those sends are still queued.
+        void* fwd = msg;
+        msg = alloc::msg_alloc(size);
+        if (!msg) fatal("out of memory receiving " + std::to_string(size) + " bytes");
+        std::memcpy(msg, fwd, size);
+        _sends_in_flight += children.size();
+        for (std::uint32_t c : children) {
+            if (trace::enabled()) {
+                const std::uint64_t id = (1ull << 62) | _forward_ids++;
+                trace_send(id, c, size);
+                trace::emit(trace::kind::handle_completed, id);
+                trace::emit(trace::kind::handle_released, id);
+            }
+            ++_send_seq[c];
+            alloc::msg_reference(fwd);
+            transmit(c, fwd, size, net::frame_flags::broadcast, root, forward_ctx(fwd));
         }
-        ++_send_seq[c];
-        net::frame_header h = f.header;
-        h.source_pe = _pe;
-        const int rc = co_await _mesh->send(c, h, f.payload_bytes());
-        --_sends_in_flight;
-        _send_waiters.notify_all();
-        if (rc < 0 && !_shut_down)
-            peer_lost("PE " + std::to_string(_pe) + " could not forward a broadcast to PE " +
-                      std::to_string(c) + ": " + std::strerror(-rc));
+        alloc::msg_free(fwd);
     }
+    trace_receive(msg, from, size);
+    _net_queue.push_back(msg);
+    _sched->end_turn();  // the handler runs before the loop enters the kernel again
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1237,6 +1255,7 @@ void pe_core::shutdown() {
             print("coverse: PE " + std::to_string(_pe) + ": " + failure + "\n", true);
     }
     _shut_down = true;
+    shm_close();
     for (void* m : _net_queue)
         alloc::msg_free(m);
     _net_queue.clear();

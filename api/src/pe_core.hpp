@@ -26,8 +26,10 @@
 #include <coverse/coverse.hpp>
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>
+#include <coverse/net/shm_ring.hpp>
 #include <coverse/net/transport.hpp>
 #include <coverse/runtime/scheduler.hpp>
+#include <coverse/runtime/scope.hpp>
 #include <coverse/runtime/task.hpp>
 #include <coverse/runtime/trace.hpp>
 #include <coverse/runtime/trace_poller.hpp>
@@ -240,7 +242,27 @@ private:
                      std::uint16_t flags, std::uint32_t tag);
     static void frame_sent(void* ctx, int result);
     static void frame_sent(void* ctx, int result, std::uint32_t dest);
-    task<void> forward_task(std::vector<std::uint32_t> to, net::frame f);
+    void accept_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
+                        std::uint32_t root);
+    void transmit(std::uint32_t dest, void* buf, std::uint32_t size, std::uint16_t flags,
+                  std::uint32_t tag, void* ctx);
+    /// frame_sent's context for a broadcast forward: the buffer, tagged (user-space
+    /// pointers leave bit 62 clear; slot contexts are below 2^62).
+    static constexpr std::uint64_t forward_ctx_bit = 1ull << 62;
+    static void* forward_ctx(void* buf) noexcept {
+        return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(buf) | forward_ctx_bit);
+    }
+    // ---- the same-host path (shared-memory rings, see net/shm_ring.hpp) ----------------
+    void shm_create(const net::launch_info& info);
+    void shm_connect(const net::launch_info& info, const std::vector<net::node_entry>& table);
+    void shm_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, std::uint16_t flags,
+                  std::uint32_t tag, void* ctx);
+    bool shm_pump(std::uint32_t dest);
+    bool shm_poll();
+    bool shm_try_sleep();
+    void shm_wake();
+    void shm_close();
+    static task<void> shm_bell_task(pe_core* self);
     void deliver_local(void* owned_copy, std::uint32_t size);
     void trace_receive(void* msg, std::uint32_t from, std::uint32_t size);
     void trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t size);
@@ -313,6 +335,42 @@ private:
     double _periodic_next[3] = {0, 0, 0};  // CcdPERIODIC_10ms, _100ms, _1second
 
     std::vector<std::vector<int>> _groups;
+
+    struct shm_out_msg {
+        const std::byte* buf;
+        std::uint32_t size;
+        std::uint32_t offset;
+        std::uint16_t flags;
+        std::uint32_t tag;
+        void* ctx;
+    };
+    struct shm_peer_out {
+        std::optional<net::shm_ring> ring;  // the peer's ring for messages from us
+        std::optional<net::shm_doorbell> bell;
+        std::deque<shm_out_msg> queue;  // waiting for room in the ring, in order
+    };
+    struct shm_peer_in {
+        std::optional<net::shm_ring> ring;  // ours, for messages from that peer
+        void* assembling = nullptr;         // a message arriving in several chunks
+        std::uint32_t total = 0, filled = 0, tag = 0;
+        std::uint16_t flags = 0;
+    };
+    class shm_poller final : public poller {
+    public:
+        explicit shm_poller(pe_core& c) : _c(c) {}
+        bool poll() override { return _c.shm_poll(); }
+        bool try_sleep() override { return _c.shm_try_sleep(); }
+        void wake() override { _c.shm_wake(); }
+
+    private:
+        pe_core& _c;
+    };
+    std::vector<shm_peer_out> _shm_out;  // by PE; empty when the path is off
+    std::vector<shm_peer_in> _shm_in;
+    std::optional<net::shm_doorbell> _shm_bell;
+    std::unique_ptr<shm_poller> _shm_poller;
+    std::unique_ptr<task_scope> _shm_tasks;
+    std::size_t _shm_queued = 0;  // messages waiting in any shm_peer_out::queue
 
     bool _receiving = false;
     bool _shut_down = false;

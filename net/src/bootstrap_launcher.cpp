@@ -11,6 +11,7 @@
 #include <coverse/net/bootstrap.hpp>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -229,6 +230,7 @@ public:
     launcher& operator=(const launcher&) = delete;
 
     int run();
+    std::uint64_t job_key() const noexcept { return _job_key; }
 
 private:
     void listen_on_loopback();
@@ -1026,9 +1028,25 @@ void launcher::begin_stop(std::string_view why, std::optional<std::uint32_t> abo
 
 }  // namespace
 
+namespace {
+// PEs on one host share memory through /dev/shm/coverse-<job key>-* (rings and doorbells,
+// see net/shm_ring.hpp). They unlink them once connected; a job that died before that
+// (an abort or a kill during start-up) leaves them, so the launcher removes what is left.
+void remove_job_files(std::uint64_t job_key) {
+    const std::string prefix = "coverse-" + hex16(job_key) + "-";
+    DIR* d = ::opendir("/dev/shm");
+    if (!d) return;
+    while (const dirent* e = ::readdir(d))
+        if (std::string_view(e->d_name).starts_with(prefix)) ::unlinkat(::dirfd(d), e->d_name, 0);
+    ::closedir(d);
+}
+}  // namespace
+
 int run_job(const launch_options& opts) {
     launcher l(opts);
-    return l.run();
+    const int status = l.run();
+    remove_job_files(l.job_key());
+    return status;
 }
 
 std::optional<std::uint32_t> pe_count_in_args(const std::vector<std::string>& args) {

@@ -1,5 +1,6 @@
 /* leaky_pe: a Converse program that leaks one communication handle on purpose. PE 0 sends
- * 64 KiB to the last PE with CmiAsyncSend, waits until the send is done, and never calls
+ * 4 MiB to the last PE with CmiAsyncSend (larger than a same-host ring, so it cannot
+ * finish inside the call), waits until the send is done, and never calls
  * CmiReleaseCommHandle; `coverse-trace leaks` must report that handle. With "-clean" it
  * releases the handle, and the trace must show no leak. */
 #include <converse.h>
@@ -17,12 +18,12 @@ static void start(int argc, char** argv) {
     sink_handler = CmiRegisterHandler(on_data);
     CmiBarrier();
     if (CmiMyPe() == 0) {
-        static char msg[CmiMsgHeaderSizeBytes + 65536];
+        static char msg[CmiMsgHeaderSizeBytes + (4 << 20)];
         memset(msg, 7, sizeof msg);
         CmiInitMsgHeader(msg, (int)sizeof msg);
         CmiSetHandler(msg, sink_handler);
         CmiCommHandle h = CmiAsyncSend(CmiNumPes() - 1, (int)sizeof msg, msg);
-        if (!h) CmiAbort("leaky_pe: a 64 KiB CmiAsyncSend returned handle 0");
+        if (!h) CmiAbort("leaky_pe: a 4 MiB CmiAsyncSend returned handle 0");
         while (!CmiAsyncMsgSent(h))
             CsdSchedulePoll();
         if (clean) CmiReleaseCommHandle(h);

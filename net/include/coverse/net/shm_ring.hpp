@@ -1,0 +1,116 @@
+// shm_ring: a single-producer single-consumer byte ring in POSIX shared memory, the same-host
+// channel between two PEs (one ring per ordered pair). The producer copies a record in and
+// publishes it with one release store; the consumer polls the published position — no
+// system call on either side. Records never wrap: the producer pads the end with a skip
+// record. A consumer that is about to sleep says so in the header, and a producer that sees
+// it rings the consumer's doorbell (shm_doorbell).
+//
+// Record: a 16-byte header {u32 chunk bytes, u32 total bytes, u16 flags, u16 reserved,
+// u32 tag} then the chunk, padded to 16 bytes. A message larger than a chunk travels as
+// several records, the first flagged `first`.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace coverse::net {
+
+/// The shared header at the start of a segment. Producer and consumer fields sit on
+/// separate cache lines so polling one does not steal the other's line.
+struct shm_ring_header {
+    alignas(64) std::atomic<std::uint64_t> tail;  // bytes published (producer)
+    alignas(64) std::atomic<std::uint64_t> head;  // bytes consumed (consumer)
+    alignas(64) std::atomic<std::uint32_t> consumer_sleeping;
+    std::uint32_t magic;
+    std::uint64_t capacity;  // data bytes, a power of two, after this header
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+              "the ring needs lock-free 64-bit atomics to be shared between processes");
+
+/// A record as the consumer sees it (views the ring until consume()).
+struct shm_record {
+    std::span<const std::byte> chunk;
+    std::uint32_t total = 0;
+    std::uint16_t flags = 0;
+    std::uint32_t tag = 0;
+};
+
+namespace shm_flags {
+inline constexpr std::uint16_t first = 0x1;      // the first chunk of a message
+inline constexpr std::uint16_t broadcast = 0x2;  // a spanning-tree broadcast (tag = root)
+inline constexpr std::uint16_t skip = 0x8000;    // padding to the end of the ring
+}  // namespace shm_flags
+
+/// One mapped ring: created by the consumer, opened by the producer.
+class shm_ring {
+public:
+    /// Creates and maps `/name` with `capacity` data bytes (rounded up to a power of two,
+    /// at least 64 KiB). Throws std::system_error naming the object and the fix.
+    static shm_ring create(const std::string& name, std::size_t capacity);
+    /// Maps an existing ring; throws std::system_error naming it.
+    static shm_ring open(const std::string& name);
+    shm_ring(shm_ring&& o) noexcept;
+    shm_ring& operator=(shm_ring&& o) noexcept;
+    ~shm_ring();
+
+    /// Removes the name (the mapping stays valid for both sides). Idempotent.
+    void unlink() noexcept;
+    std::size_t capacity() const noexcept { return static_cast<std::size_t>(_h->capacity); }
+    /// The largest chunk one record carries.
+    std::size_t max_chunk() const noexcept { return capacity() / 4; }
+
+    // ---- producer ------------------------------------------------------------------------
+    /// Copies `chunk` in as one record if it fits now; false when the ring is too full.
+    bool try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
+                   std::uint32_t tag) noexcept;
+    /// True when the consumer said it is going to sleep (and clears that): ring its bell.
+    bool take_sleeper() noexcept;
+
+    // ---- consumer ------------------------------------------------------------------------
+    /// The next record, if one is published (skip records are passed over).
+    std::optional<shm_record> peek() noexcept;
+    /// Releases the record peek() returned.
+    void consume() noexcept;
+    bool empty() const noexcept;
+    /// Announces sleep; returns false (and takes it back) if a record arrived meanwhile.
+    bool prepare_sleep() noexcept;
+    void cancel_sleep() noexcept;
+
+private:
+    shm_ring(std::string name, void* base, std::size_t bytes) noexcept;
+    std::byte* data() const noexcept { return reinterpret_cast<std::byte*>(_h + 1); }
+
+    std::string _name;
+    shm_ring_header* _h = nullptr;
+    std::size_t _map_bytes = 0;
+    std::uint64_t _pending_advance = 0;  // consumer: size of the record peek() returned
+    bool _linked = false;
+};
+
+/// A PE's doorbell: a FIFO in /dev/shm that producers write one byte to when the PE sleeps.
+/// The owner polls its fd (with the scheduler's io_uring) and drains it.
+class shm_doorbell {
+public:
+    static shm_doorbell create(const std::string& path);  // throws std::system_error
+    static shm_doorbell open(const std::string& path);    // write side; throws
+    shm_doorbell(shm_doorbell&& o) noexcept;
+    shm_doorbell& operator=(shm_doorbell&& o) noexcept;
+    ~shm_doorbell();
+    void ring() noexcept;   // write side: one byte (a full FIFO already wakes the owner)
+    void drain() noexcept;  // owner side
+    void unlink() noexcept;
+    int fd() const noexcept { return _fd; }
+
+private:
+    shm_doorbell(std::string path, int fd, bool owner) noexcept
+        : _path(std::move(path)), _fd(fd), _owner(owner) {}
+    std::string _path;
+    int _fd = -1;
+    bool _owner = false;
+};
+
+}  // namespace coverse::net

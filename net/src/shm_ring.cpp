@@ -1,0 +1,273 @@
+// shm_ring and shm_doorbell (see shm_ring.hpp): the same-host channel's memory layout, its
+// producer/consumer protocol, and the sleep/doorbell handshake.
+#include <coverse/net/shm_ring.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <system_error>
+#include <utility>
+
+namespace coverse::net {
+
+namespace {
+
+constexpr std::uint32_t ring_magic = 0x4752'5643;  // "CVRG"
+constexpr std::size_t record_header = 16;
+constexpr std::size_t min_capacity = 64 * 1024;
+
+struct record_head {
+    std::uint32_t chunk;
+    std::uint32_t total;
+    std::uint16_t flags;
+    std::uint16_t reserved;
+    std::uint32_t tag;
+};
+static_assert(sizeof(record_head) == record_header);
+
+std::size_t round16(std::size_t n) noexcept {
+    return (n + 15) & ~std::size_t{15};
+}
+
+std::size_t power_of_two_at_least(std::size_t n) noexcept {
+    std::size_t p = min_capacity;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+[[noreturn]] void fail(int err, const std::string& what) {
+    throw std::system_error(err, std::generic_category(), what);
+}
+
+}  // namespace
+
+shm_ring::shm_ring(std::string name, void* base, std::size_t bytes) noexcept
+    : _name(std::move(name)), _h(static_cast<shm_ring_header*>(base)), _map_bytes(bytes) {}
+
+shm_ring::shm_ring(shm_ring&& o) noexcept
+    : _name(std::move(o._name)),
+      _h(std::exchange(o._h, nullptr)),
+      _map_bytes(std::exchange(o._map_bytes, 0)),
+      _pending_advance(o._pending_advance),
+      _linked(std::exchange(o._linked, false)) {}
+
+shm_ring& shm_ring::operator=(shm_ring&& o) noexcept {
+    if (this != &o) {
+        this->~shm_ring();
+        new (this) shm_ring(std::move(o));
+    }
+    return *this;
+}
+
+shm_ring::~shm_ring() {
+    unlink();
+    if (_h) ::munmap(_h, _map_bytes);
+}
+
+shm_ring shm_ring::create(const std::string& name, std::size_t capacity) {
+    const std::size_t cap = power_of_two_at_least(capacity);
+    const std::size_t bytes = sizeof(shm_ring_header) + cap;
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        fail(errno, "cannot create the shared-memory ring " + name +
+                        " (is /dev/shm mounted and writable? a stale one from a crashed job "
+                        "can be removed; or set SHM=off)");
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+        const int e = errno;
+        ::close(fd);
+        ::shm_unlink(name.c_str());
+        fail(e, "cannot size the shared-memory ring " + name + " to " + std::to_string(bytes) +
+                    " bytes (is /dev/shm full? lower SHM_RING_BYTES or set SHM=off)");
+    }
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) {
+        ::shm_unlink(name.c_str());
+        fail(e, "cannot map the shared-memory ring " + name);
+    }
+    auto* h = new (p) shm_ring_header{};
+    h->tail.store(0, std::memory_order_relaxed);
+    h->head.store(0, std::memory_order_relaxed);
+    h->consumer_sleeping.store(0, std::memory_order_relaxed);
+    h->capacity = cap;
+    std::atomic_thread_fence(std::memory_order_release);
+    h->magic = ring_magic;
+    shm_ring r(name, p, bytes);
+    r._linked = true;
+    return r;
+}
+
+shm_ring shm_ring::open(const std::string& name) {
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) fail(errno, "cannot open the shared-memory ring " + name);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < sizeof(shm_ring_header)) {
+        ::close(fd);
+        fail(EPROTO, "the shared-memory ring " + name + " is too small to be a coverse ring");
+    }
+    const auto bytes = static_cast<std::size_t>(st.st_size);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) fail(e, "cannot map the shared-memory ring " + name);
+    auto* h = static_cast<shm_ring_header*>(p);
+    if (h->magic != ring_magic || sizeof(shm_ring_header) + h->capacity != bytes) {
+        ::munmap(p, bytes);
+        fail(EPROTO, "the shared-memory ring " + name + " is not a coverse ring of this version");
+    }
+    return shm_ring(name, p, bytes);
+}
+
+void shm_ring::unlink() noexcept {
+    if (_linked) ::shm_unlink(_name.c_str());
+    _linked = false;
+}
+
+bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
+                         std::uint32_t tag) noexcept {
+    const std::uint64_t cap = _h->capacity;
+    const std::size_t rec = record_header + round16(chunk.size());
+    if (chunk.size() > max_chunk()) return false;
+    std::uint64_t tail = _h->tail.load(std::memory_order_relaxed);  // ours
+    const std::uint64_t head = _h->head.load(std::memory_order_acquire);
+    const std::uint64_t free = cap - (tail - head);
+    std::uint64_t off = tail & (cap - 1);
+    const std::uint64_t to_end = cap - off;
+    const std::uint64_t need = rec <= to_end ? rec : to_end + rec;
+    if (need > free) return false;
+    if (rec > to_end) {
+        // Records never wrap: pad to the end with a skip record (to_end >= 16: every size
+        // and offset is a multiple of 16).
+        const record_head skip{static_cast<std::uint32_t>(to_end - record_header), 0,
+                               shm_flags::skip, 0, 0};
+        std::memcpy(data() + off, &skip, sizeof skip);
+        tail += to_end;
+        off = 0;
+    }
+    const record_head head_rec{static_cast<std::uint32_t>(chunk.size()), total, flags, 0, tag};
+    std::memcpy(data() + off, &head_rec, sizeof head_rec);
+    if (!chunk.empty()) std::memcpy(data() + off + record_header, chunk.data(), chunk.size());
+    // Publishes the record (and a skip before it): the consumer's acquire load of tail sees
+    // every byte written above.
+    _h->tail.store(tail + rec, std::memory_order_release);
+    return true;
+}
+
+bool shm_ring::take_sleeper() noexcept {
+    // Pairs with the fence in prepare_sleep(): either the consumer sees our record before it
+    // sleeps, or we see it sleeping and wake it (both sides fence).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return _h->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
+           _h->consumer_sleeping.exchange(0) != 0;
+}
+
+std::optional<shm_record> shm_ring::peek() noexcept {
+    const std::uint64_t cap = _h->capacity;
+    std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
+    for (;;) {
+        const std::uint64_t tail = _h->tail.load(std::memory_order_acquire);
+        if (head == tail) return std::nullopt;
+        const std::uint64_t off = head & (cap - 1);
+        record_head r;
+        std::memcpy(&r, data() + off, sizeof r);
+        const std::size_t rec = record_header + round16(r.chunk);
+        if (r.flags & shm_flags::skip) {
+            head += rec;
+            _h->head.store(head, std::memory_order_release);
+            continue;
+        }
+        _pending_advance = rec;
+        return shm_record{std::span<const std::byte>(data() + off + record_header, r.chunk),
+                          r.total, r.flags, r.tag};
+    }
+}
+
+void shm_ring::consume() noexcept {
+    const std::uint64_t head = _h->head.load(std::memory_order_relaxed);
+    // Release: the producer may reuse the bytes only after we are done reading them.
+    _h->head.store(head + _pending_advance, std::memory_order_release);
+    _pending_advance = 0;
+}
+
+bool shm_ring::empty() const noexcept {
+    return _h->head.load(std::memory_order_relaxed) == _h->tail.load(std::memory_order_acquire);
+}
+
+bool shm_ring::prepare_sleep() noexcept {
+    _h->consumer_sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!empty()) {
+        cancel_sleep();
+        return false;
+    }
+    return true;
+}
+
+void shm_ring::cancel_sleep() noexcept {
+    _h->consumer_sleeping.store(0, std::memory_order_relaxed);
+}
+
+// ---- doorbell ----------------------------------------------------------------------------
+
+shm_doorbell::shm_doorbell(shm_doorbell&& o) noexcept
+    : _path(std::move(o._path)),
+      _fd(std::exchange(o._fd, -1)),
+      _owner(std::exchange(o._owner, false)) {}
+
+shm_doorbell& shm_doorbell::operator=(shm_doorbell&& o) noexcept {
+    if (this != &o) {
+        this->~shm_doorbell();
+        new (this) shm_doorbell(std::move(o));
+    }
+    return *this;
+}
+
+shm_doorbell::~shm_doorbell() {
+    unlink();
+    if (_fd >= 0) ::close(_fd);
+}
+
+shm_doorbell shm_doorbell::create(const std::string& path) {
+    if (::mkfifo(path.c_str(), 0600) != 0)
+        fail(errno,
+             "cannot create the doorbell FIFO " + path + " (is /dev/shm writable? or set SHM=off)");
+    // O_RDWR: the FIFO always has a writer, so it never reports end-of-file to our poll.
+    const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        const int e = errno;
+        ::unlink(path.c_str());
+        fail(e, "cannot open the doorbell FIFO " + path);
+    }
+    return shm_doorbell(path, fd, true);
+}
+
+shm_doorbell shm_doorbell::open(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) fail(errno, "cannot open the doorbell FIFO " + path);
+    return shm_doorbell(path, fd, false);
+}
+
+void shm_doorbell::ring() noexcept {
+    const char one = 1;
+    [[maybe_unused]] const ssize_t r = ::write(_fd, &one, 1);  // EAGAIN: full, already rung
+}
+
+void shm_doorbell::drain() noexcept {
+    char buf[256];
+    while (::read(_fd, buf, sizeof buf) > 0) {
+    }
+}
+
+void shm_doorbell::unlink() noexcept {
+    if (_owner && !_path.empty()) ::unlink(_path.c_str());
+    _owner = false;
+}
+
+}  // namespace coverse::net
