@@ -152,7 +152,12 @@ bool pe_core::shm_poll() {
         // A bounded batch per ring, so one busy sender cannot hold the loop.
         for (int n = 0; n < 256; ++n) {
             auto rec = in.ring->peek();
-            if (!rec) break;
+            if (!rec) {
+                if (in.ring->corrupt())
+                    fatal("PE " + std::to_string(_pe) + ": the shared-memory ring from PE " +
+                          std::to_string(p) + " holds an impossible record (corrupt memory?)");
+                break;
+            }
             did = true;
             if (rec->flags & net::shm_flags::first) {
                 in.assembling = alloc::msg_alloc(std::max<std::uint32_t>(rec->total, 1));

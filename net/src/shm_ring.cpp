@@ -3,6 +3,8 @@
 #include <coverse/net/shm_ring.hpp>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,9 +36,11 @@ std::size_t round16(std::size_t n) noexcept {
     return (n + 15) & ~std::size_t{15};
 }
 
+constexpr std::size_t max_capacity = std::size_t{1} << 30;  // chunks stay far below 4 GiB
+
 std::size_t power_of_two_at_least(std::size_t n) noexcept {
     std::size_t p = min_capacity;
-    while (p < n)
+    while (p < n && p < max_capacity)
         p <<= 1;
     return p;
 }
@@ -74,10 +78,10 @@ shm_ring shm_ring::create(const std::string& name, std::size_t capacity) {
     const std::size_t cap = power_of_two_at_least(capacity);
     const std::size_t bytes = sizeof(shm_ring_header) + cap;
     const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0)
-        fail(errno, "cannot create the shared-memory ring " + name +
-                        " (is /dev/shm mounted and writable? a stale one from a crashed job "
-                        "can be removed; or set SHM=off)");
+    if (const int e = errno; fd < 0)
+        fail(e, "cannot create the shared-memory ring " + name +
+                    " (is /dev/shm mounted and writable? a stale one from a crashed job "
+                    "can be removed; or set SHM=off)");
     if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
         const int e = errno;
         ::close(fd);
@@ -106,9 +110,14 @@ shm_ring shm_ring::create(const std::string& name, std::size_t capacity) {
 
 shm_ring shm_ring::open(const std::string& name) {
     const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) fail(errno, "cannot open the shared-memory ring " + name);
+    if (const int e = errno; fd < 0) fail(e, "cannot open the shared-memory ring " + name);
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < sizeof(shm_ring_header)) {
+    if (::fstat(fd, &st) != 0) {
+        const int e = errno;
+        ::close(fd);
+        fail(e, "cannot inspect the shared-memory ring " + name);
+    }
+    if (static_cast<std::size_t>(st.st_size) < sizeof(shm_ring_header)) {
         ::close(fd);
         fail(EPROTO, "the shared-memory ring " + name + " is too small to be a coverse ring");
     }
@@ -177,7 +186,14 @@ std::optional<shm_record> shm_ring::peek() noexcept {
         const std::uint64_t off = head & (cap - 1);
         record_head r;
         std::memcpy(&r, data() + off, sizeof r);
+        // The header comes from another process: a record must lie inside the ring and
+        // before the published tail, and a data chunk within max_chunk().
         const std::size_t rec = record_header + round16(r.chunk);
+        if (rec > cap - off || head + rec > tail ||
+            (!(r.flags & shm_flags::skip) && r.chunk > max_chunk())) {
+            _corrupt = true;
+            return std::nullopt;
+        }
         if (r.flags & shm_flags::skip) {
             head += rec;
             _h->head.store(head, std::memory_order_release);
@@ -255,8 +271,20 @@ shm_doorbell shm_doorbell::open(const std::string& path) {
 }
 
 void shm_doorbell::ring() noexcept {
+    // A FIFO whose owner has gone raises SIGPIPE on write, and FIFOs have no MSG_NOSIGNAL:
+    // block it around the write and take back one it raised, so a departed peer cannot
+    // kill us (its death is reported through its connection and the launcher).
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
     const char one = 1;
-    [[maybe_unused]] const ssize_t r = ::write(_fd, &one, 1);  // EAGAIN: full, already rung
+    const ssize_t r = ::write(_fd, &one, 1);  // EAGAIN: full, so already rung
+    if (r < 0 && errno == EPIPE) {
+        const timespec zero{0, 0};
+        ::sigtimedwait(&pipe_set, nullptr, &zero);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 void shm_doorbell::drain() noexcept {

@@ -49,7 +49,7 @@ inline constexpr std::uint16_t skip = 0x8000;    // padding to the end of the ri
 class shm_ring {
 public:
     /// Creates and maps `/name` with `capacity` data bytes (rounded up to a power of two,
-    /// at least 64 KiB). Throws std::system_error naming the object and the fix.
+    /// at least 64 KiB, at most 1 GiB). Throws std::system_error naming the object and the fix.
     static shm_ring create(const std::string& name, std::size_t capacity);
     /// Maps an existing ring; throws std::system_error naming it.
     static shm_ring open(const std::string& name);
@@ -71,8 +71,12 @@ public:
     bool take_sleeper() noexcept;
 
     // ---- consumer ------------------------------------------------------------------------
-    /// The next record, if one is published (skip records are passed over).
+    /// The next record, if one is published (skip records are passed over). nullopt also
+    /// when the next record header is impossible (see corrupt()).
     std::optional<shm_record> peek() noexcept;
+    /// True once peek() met a record that cannot be (outside the ring, past the tail,
+    /// a chunk over max_chunk()): the producer wrote garbage; the ring is not read further.
+    bool corrupt() const noexcept { return _corrupt; }
     /// Releases the record peek() returned.
     void consume() noexcept;
     bool empty() const noexcept;
@@ -89,6 +93,7 @@ private:
     std::size_t _map_bytes = 0;
     std::uint64_t _pending_advance = 0;  // consumer: size of the record peek() returned
     bool _linked = false;
+    bool _corrupt = false;
 };
 
 /// A PE's doorbell: a FIFO in /dev/shm that producers write one byte to when the PE sleeps.

@@ -1,0 +1,790 @@
+// Tests of shm_ring and shm_doorbell: records round-trip in order with their fields and bytes
+// (edge sizes, wrap-around, a full ring, another thread or process), the sleep handshake,
+// errors that name the object, the doorbell FIFO, and what moves and destructors unlink.
+#include <coverse/net/shm_ring.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace coverse::net {
+namespace {
+
+constexpr std::size_t min_capacity = 64 * 1024;
+
+std::string unique_suffix() {
+    static std::atomic<int> counter{0};
+    return std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+// A shm name no other run uses, removed when the test ends however it ends.
+struct shm_name {
+    std::string name = "/coverse-test-" + unique_suffix();
+    shm_name() = default;
+    shm_name(const shm_name&) = delete;
+    shm_name& operator=(const shm_name&) = delete;
+    ~shm_name() { ::shm_unlink(name.c_str()); }
+};
+
+// A doorbell path under /dev/shm, removed when the test ends.
+struct fifo_path {
+    std::string path = "/dev/shm/coverse-test-bell-" + unique_suffix();
+    fifo_path() = default;
+    fifo_path(const fifo_path&) = delete;
+    fifo_path& operator=(const fifo_path&) = delete;
+    ~fifo_path() { ::unlink(path.c_str()); }
+};
+
+bool shm_exists(const std::string& name) {
+    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd < 0) return false;
+    ::close(fd);
+    return true;
+}
+
+bool path_exists(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
+
+// Bytes of record `seq`: the sequence number first (when it fits), then a pattern of seq.
+std::vector<std::byte> record_bytes(std::uint64_t seq, std::size_t size) {
+    std::vector<std::byte> out(size);
+    for (std::size_t i = 0; i < size; ++i)
+        out[i] = static_cast<std::byte>((seq * 131 + i * 7 + 3) & 0xff);
+    if (size >= sizeof seq) std::memcpy(out.data(), &seq, sizeof seq);
+    return out;
+}
+
+bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
+    return std::ranges::equal(a, b);
+}
+
+// Bytes a record of `chunk` bytes takes in the ring (header, chunk padded to 16).
+std::size_t record_size(std::size_t chunk) {
+    return 16 + ((chunk + 15) & ~std::size_t{15});
+}
+
+// Runs `f` expecting std::system_error; returns it (or nullopt if nothing was thrown).
+std::optional<std::system_error> thrown_by(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::system_error& e) {
+        return e;
+    }
+    return std::nullopt;
+}
+
+// ---- round trip --------------------------------------------------------------------------
+
+TEST(shm_ring, capacity_is_a_power_of_two_of_at_least_64_kib) {
+    for (const auto& [asked, expected] :
+         std::vector<std::pair<std::size_t, std::size_t>>{{0, min_capacity},
+                                                          {1, min_capacity},
+                                                          {min_capacity, min_capacity},
+                                                          {min_capacity + 1, 2 * min_capacity},
+                                                          {100'000, 128 * 1024}}) {
+        SCOPED_TRACE(asked);
+        shm_name n;
+        auto consumer = shm_ring::create(n.name, asked);
+        auto producer = shm_ring::open(n.name);
+        EXPECT_EQ(consumer.capacity(), expected);
+        EXPECT_EQ(producer.capacity(), expected);
+        EXPECT_EQ(producer.max_chunk(), expected / 4);
+    }
+}
+
+TEST(shm_ring, records_round_trip_in_order_with_fields_and_bytes) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    EXPECT_TRUE(consumer.empty());
+    EXPECT_FALSE(consumer.peek().has_value());
+
+    const std::vector<std::size_t> sizes{0, 1, 15, 16, 17, 1000, producer.max_chunk()};
+    const std::vector<std::uint16_t> flags{
+        shm_flags::first, 0, shm_flags::broadcast, shm_flags::first | shm_flags::broadcast,
+        0x7ff0,           0, shm_flags::first};
+    ASSERT_EQ(sizes.size(), flags.size());
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        const auto b = record_bytes(i, sizes[i]);
+        ASSERT_TRUE(producer.try_write(b, static_cast<std::uint32_t>(sizes[i] + 1000 * i), flags[i],
+                                       0xC0DE'0000u + static_cast<std::uint32_t>(i)))
+            << "size " << sizes[i];
+    }
+    EXPECT_FALSE(consumer.empty());
+
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        SCOPED_TRACE("record " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " bytes");
+        auto r = consumer.peek();
+        ASSERT_TRUE(r.has_value());
+        EXPECT_EQ(r->chunk.size(), sizes[i]);
+        EXPECT_TRUE(same_bytes(r->chunk, record_bytes(i, sizes[i])));
+        EXPECT_EQ(r->total, sizes[i] + 1000 * i);
+        EXPECT_EQ(r->flags, flags[i]);
+        EXPECT_EQ(r->tag, 0xC0DE'0000u + i);
+        // Until consume(), peek() keeps returning the same record.
+        auto again = consumer.peek();
+        ASSERT_TRUE(again.has_value());
+        EXPECT_EQ(again->chunk.data(), r->chunk.data());
+        EXPECT_EQ(again->tag, r->tag);
+        consumer.consume();
+    }
+    EXPECT_TRUE(consumer.empty());
+    EXPECT_FALSE(consumer.peek().has_value());
+}
+
+TEST(shm_ring, a_chunk_over_max_chunk_is_refused_even_on_an_empty_ring) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    const std::vector<std::byte> big(producer.max_chunk() + 1, std::byte{0x5a});
+    EXPECT_FALSE(
+        producer.try_write(big, static_cast<std::uint32_t>(big.size()), shm_flags::first, 1));
+    EXPECT_TRUE(consumer.empty());
+    EXPECT_FALSE(consumer.peek().has_value());
+    // The refusal leaves the ring usable.
+    const auto b = record_bytes(7, producer.max_chunk());
+    ASSERT_TRUE(producer.try_write(b, 1, shm_flags::first, 2));
+    auto r = consumer.peek();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(same_bytes(r->chunk, b));
+    EXPECT_EQ(r->tag, 2u);
+}
+
+// ---- wrap-around -------------------------------------------------------------------------
+
+// The consumer's side of the ring tests: checks that the next record is `seq` of `size` bytes.
+::testing::AssertionResult next_is(shm_ring& consumer, std::uint64_t seq, std::size_t size) {
+    auto r = consumer.peek();
+    if (!r) return ::testing::AssertionFailure() << "no record; expected seq " << seq;
+    if (r->flags & shm_flags::skip)
+        return ::testing::AssertionFailure() << "a skip record reached the consumer at " << seq;
+    if (r->chunk.size() != size || r->total != size || r->flags != shm_flags::first ||
+        r->tag != static_cast<std::uint32_t>(seq))
+        return ::testing::AssertionFailure()
+               << "record " << seq << ": chunk " << r->chunk.size() << " total " << r->total
+               << " flags " << r->flags << " tag " << r->tag << "; expected size " << size;
+    if (!same_bytes(r->chunk, record_bytes(seq, size)))
+        return ::testing::AssertionFailure() << "record " << seq << ": bytes differ";
+    consumer.consume();
+    return ::testing::AssertionSuccess();
+}
+
+bool write_seq(shm_ring& producer, std::uint64_t seq, std::size_t size) {
+    const auto b = record_bytes(seq, size);
+    return producer.try_write(b, static_cast<std::uint32_t>(size), shm_flags::first,
+                              static_cast<std::uint32_t>(seq));
+}
+
+TEST(shm_ring, awkward_sizes_wrap_many_times_and_skip_records_stay_invisible) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    ASSERT_EQ(consumer.capacity(), min_capacity);
+
+    std::mt19937 rng(20240611);
+    std::uniform_int_distribution<std::size_t> size_of(1, 5000);
+    std::uniform_int_distribution<int> batch(1, 24);
+    std::deque<std::size_t> in_flight;  // sizes of written, unconsumed records
+    std::uint64_t next_write = 0;
+    std::uint64_t next_read = 0;
+    std::uint64_t ring_bytes = 0;
+    std::size_t pending_size = size_of(rng);
+    constexpr std::uint64_t records = 30'000;
+
+    while (next_read < records) {
+        for (int k = batch(rng); k > 0 && next_write < records; --k) {
+            if (!write_seq(producer, next_write, pending_size)) break;
+            in_flight.push_back(pending_size);
+            ring_bytes += record_size(pending_size);
+            ++next_write;
+            pending_size = size_of(rng);
+        }
+        for (int k = batch(rng); k > 0 && !in_flight.empty(); --k) {
+            ASSERT_TRUE(next_is(consumer, next_read, in_flight.front()));
+            in_flight.pop_front();
+            ++next_read;
+        }
+        if (in_flight.empty()) {
+            EXPECT_TRUE(consumer.empty());
+            EXPECT_FALSE(consumer.peek().has_value());
+        }
+    }
+    EXPECT_TRUE(consumer.empty());
+    EXPECT_FALSE(consumer.peek().has_value());
+    // The records alone went round the ring hundreds of times (skip records add more).
+    EXPECT_GT(ring_bytes, 500 * consumer.capacity());
+}
+
+TEST(shm_ring, a_record_that_does_not_fit_before_the_end_starts_at_the_beginning) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    // 63 records of 1024 ring bytes, then one of 1008: 16 bytes remain before the end, room
+    // for a skip record's header only.
+    std::uint64_t seq = 0;
+    for (int i = 0; i < 63; ++i)
+        ASSERT_TRUE(write_seq(producer, seq++, 1008));
+    ASSERT_TRUE(write_seq(producer, seq++, 992));
+    for (std::uint64_t s = 0; s < 63; ++s)
+        ASSERT_TRUE(next_is(consumer, s, 1008));
+    ASSERT_TRUE(next_is(consumer, 63, 992));
+    ASSERT_TRUE(consumer.empty());
+
+    // Needs 32 bytes, 16 remain: a header-only skip record, then the record at offset 0.
+    ASSERT_TRUE(write_seq(producer, seq++, 1));
+    ASSERT_TRUE(next_is(consumer, 64, 1));
+    EXPECT_TRUE(consumer.empty());
+
+    // From offset 32, 63 records of 1024 ring bytes leave 992 before the end: a record of
+    // exactly 992 ring bytes needs no skip record, and the next one starts at offset 0. That
+    // fills the ring to the last byte (65504 + 32), so a needless skip could not fit.
+    for (int i = 0; i < 63; ++i)
+        ASSERT_TRUE(write_seq(producer, seq++, 1008));
+    ASSERT_TRUE(write_seq(producer, seq++, 976));
+    ASSERT_TRUE(write_seq(producer, seq++, 5));
+    EXPECT_FALSE(producer.try_write({}, 0, shm_flags::first, 999));
+    for (std::uint64_t s = 65; s < 65 + 63; ++s)
+        ASSERT_TRUE(next_is(consumer, s, 1008));
+    ASSERT_TRUE(next_is(consumer, 128, 976));
+    ASSERT_TRUE(next_is(consumer, 129, 5));
+    EXPECT_TRUE(consumer.empty());
+    EXPECT_FALSE(consumer.peek().has_value());
+}
+
+// ---- full ring ---------------------------------------------------------------------------
+
+TEST(shm_ring, a_full_ring_refuses_writes_until_the_consumer_consumes) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    // 1008-byte chunks take 1024 ring bytes: exactly 64 fill 64 KiB.
+    for (std::uint64_t s = 0; s < 64; ++s)
+        ASSERT_TRUE(write_seq(producer, s, 1008)) << s;
+    EXPECT_FALSE(write_seq(producer, 64, 1008));
+    EXPECT_FALSE(producer.try_write({}, 0, shm_flags::first, 64));  // not even a header
+    EXPECT_FALSE(write_seq(producer, 64, 1008));
+
+    // Peeking does not free space; consuming does, exactly one record's worth.
+    ASSERT_TRUE(consumer.peek().has_value());
+    EXPECT_FALSE(write_seq(producer, 64, 1008));
+    ASSERT_TRUE(next_is(consumer, 0, 1008));
+    ASSERT_TRUE(write_seq(producer, 64, 1008));
+    EXPECT_FALSE(write_seq(producer, 65, 1008));
+    EXPECT_FALSE(producer.try_write({}, 0, shm_flags::first, 65));
+
+    // Nothing was overwritten by the refused writes.
+    for (std::uint64_t s = 1; s <= 64; ++s)
+        ASSERT_TRUE(next_is(consumer, s, 1008));
+    EXPECT_TRUE(consumer.empty());
+    ASSERT_TRUE(write_seq(producer, 65, 1008));
+    ASSERT_TRUE(next_is(consumer, 65, 1008));
+}
+
+TEST(shm_ring, a_record_needing_a_skip_waits_for_room_at_both_ends) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    // 60 records of 1024 ring bytes: 4096 bytes remain before the end.
+    for (std::uint64_t s = 0; s < 60; ++s)
+        ASSERT_TRUE(write_seq(producer, s, 1008));
+    // Consume 4: 4096 free at the start. A 5000-byte record fits in neither stretch alone
+    // (the skip takes the 4096 at the end, the record then needs 5024 from the start).
+    for (std::uint64_t s = 0; s < 4; ++s)
+        ASSERT_TRUE(next_is(consumer, s, 1008));
+    EXPECT_FALSE(write_seq(producer, 60, 5000));
+    // One more consumed: 5120 bytes at the start, enough after the skip.
+    ASSERT_TRUE(next_is(consumer, 4, 1008));
+    ASSERT_TRUE(write_seq(producer, 60, 5000));
+    for (std::uint64_t s = 5; s < 60; ++s)
+        ASSERT_TRUE(next_is(consumer, s, 1008));
+    ASSERT_TRUE(next_is(consumer, 60, 5000));
+    EXPECT_TRUE(consumer.empty());
+}
+
+// ---- another thread, another process -----------------------------------------------------
+
+constexpr std::uint64_t stream_records = 200'000;
+
+std::size_t stream_size(std::uint64_t seq) {
+    return 8 + static_cast<std::size_t>((seq * 37) % 193);  // 8..200 bytes, seq first
+}
+
+// The producer's loop: 0 when every record went in, 2 when open() threw, 3 when stopped.
+int produce_stream(const std::string& name, const std::atomic<bool>* stop) {
+    std::optional<shm_ring> producer;
+    try {
+        producer.emplace(shm_ring::open(name));
+    } catch (const std::system_error&) {
+        return 2;
+    }
+    for (std::uint64_t seq = 0; seq < stream_records; ++seq) {
+        const auto b = record_bytes(seq, stream_size(seq));
+        while (!producer->try_write(b, static_cast<std::uint32_t>(b.size()), shm_flags::first,
+                                    static_cast<std::uint32_t>(seq))) {
+            if (stop && stop->load(std::memory_order_relaxed)) return 3;
+            std::this_thread::yield();
+        }
+    }
+    return 0;
+}
+
+// The consumer's loop: "" when all records arrived in order and intact, else what went
+// wrong. `producer_gone` is asked while the ring is empty, so a dead producer fails the test
+// instead of hanging it.
+std::string consume_stream(shm_ring& consumer, const std::function<bool()>& producer_gone) {
+    std::uint64_t seq = 0;
+    std::uint64_t idle = 0;
+    while (seq < stream_records) {
+        auto r = consumer.peek();
+        if (!r) {
+            if (++idle % 1024 == 0 && producer_gone() && consumer.empty())
+                return "the producer stopped after " + std::to_string(seq) + " records";
+            std::this_thread::yield();
+            continue;
+        }
+        const std::size_t size = stream_size(seq);
+        std::uint64_t got = ~std::uint64_t{0};
+        if (r->chunk.size() >= sizeof got) std::memcpy(&got, r->chunk.data(), sizeof got);
+        if (got != seq)
+            return "expected record " + std::to_string(seq) + ", got " + std::to_string(got);
+        if (r->chunk.size() != size || r->total != size || r->flags != shm_flags::first ||
+            r->tag != static_cast<std::uint32_t>(seq))
+            return "record " + std::to_string(seq) + ": wrong size or fields";
+        if (!same_bytes(r->chunk, record_bytes(seq, size)))
+            return "record " + std::to_string(seq) + ": bytes differ";
+        consumer.consume();
+        ++seq;
+    }
+    if (!consumer.empty()) return "records beyond the last one";
+    return "";
+}
+
+// A forked child, killed and reaped if the test ends before it does.
+struct child_process {
+    pid_t pid = -1;
+    bool reaped = false;
+    int status = 0;
+    bool exited() {
+        if (!reaped && ::waitpid(pid, &status, WNOHANG) == pid) reaped = true;
+        return reaped;
+    }
+    void wait() {
+        while (!reaped) {
+            if (::waitpid(pid, &status, 0) == pid)
+                reaped = true;
+            else if (errno != EINTR)
+                break;
+        }
+    }
+    ~child_process() {
+        if (pid > 0 && !reaped) {
+            ::kill(pid, SIGKILL);
+            wait();
+        }
+    }
+};
+
+TEST(shm_ring, another_process_streams_records_in_order) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    child_process child;
+    child.pid = ::fork();
+    ASSERT_GE(child.pid, 0) << std::strerror(errno);
+    if (child.pid == 0) {
+        // The child opens the ring by name; _exit skips the parent's objects it inherited.
+        ::_exit(produce_stream(n.name, nullptr));
+    }
+    const std::string error = consume_stream(consumer, [&] { return child.exited(); });
+    EXPECT_EQ(error, "");
+    child.wait();
+    ASSERT_TRUE(child.reaped);
+    ASSERT_TRUE(WIFEXITED(child.status)) << "child status " << child.status;
+    EXPECT_EQ(WEXITSTATUS(child.status), 0);
+    EXPECT_FALSE(consumer.peek().has_value());
+}
+
+TEST(shm_ring, another_thread_streams_records_in_order) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    std::atomic<bool> stop{false};
+    std::atomic<bool> done{false};
+    int result = -1;
+    std::thread producer([&] {
+        result = produce_stream(n.name, &stop);
+        done.store(true);
+    });
+    const std::string error = consume_stream(consumer, [&] { return done.load(); });
+    stop.store(true);
+    producer.join();
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(result, 0);
+    EXPECT_FALSE(consumer.peek().has_value());
+}
+
+// ---- sleep handshake ---------------------------------------------------------------------
+
+TEST(shm_ring, prepare_sleep_on_an_empty_ring_leaves_one_sleeper_to_take) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    EXPECT_FALSE(producer.take_sleeper());
+    ASSERT_TRUE(consumer.prepare_sleep());
+    EXPECT_TRUE(producer.take_sleeper());
+    EXPECT_FALSE(producer.take_sleeper());
+}
+
+TEST(shm_ring, prepare_sleep_on_a_non_empty_ring_fails_and_leaves_no_sleeper) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    ASSERT_TRUE(write_seq(producer, 0, 40));
+    EXPECT_FALSE(consumer.prepare_sleep());
+    EXPECT_FALSE(producer.take_sleeper());
+    // The record is still there, and once it is consumed the consumer may sleep.
+    ASSERT_TRUE(next_is(consumer, 0, 40));
+    ASSERT_TRUE(consumer.prepare_sleep());
+    EXPECT_TRUE(producer.take_sleeper());
+}
+
+TEST(shm_ring, a_record_written_after_prepare_sleep_makes_the_producer_ring) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    ASSERT_TRUE(consumer.prepare_sleep());
+    ASSERT_TRUE(write_seq(producer, 0, 100));
+    EXPECT_TRUE(producer.take_sleeper());
+    EXPECT_FALSE(producer.take_sleeper());
+    ASSERT_TRUE(next_is(consumer, 0, 100));
+}
+
+TEST(shm_ring, cancel_sleep_takes_the_sleeper_back) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    ASSERT_TRUE(consumer.prepare_sleep());
+    consumer.cancel_sleep();
+    EXPECT_FALSE(producer.take_sleeper());
+    // And the handshake works again afterwards.
+    ASSERT_TRUE(consumer.prepare_sleep());
+    EXPECT_TRUE(producer.take_sleeper());
+}
+
+// ---- errors ------------------------------------------------------------------------------
+
+TEST(shm_ring, open_of_a_missing_name_throws_naming_it) {
+    shm_name n;
+    const auto e = thrown_by([&] { shm_ring::open(n.name); });
+    ASSERT_TRUE(e.has_value());
+    EXPECT_TRUE(contains(e->what(), n.name)) << e->what();
+    EXPECT_EQ(e->code(), std::errc::no_such_file_or_directory) << e->code().message();
+}
+
+TEST(shm_ring, open_of_a_shm_object_that_is_not_a_ring_throws_naming_it) {
+    for (const off_t size : {off_t{4096}, off_t{0}}) {
+        SCOPED_TRACE("object of " + std::to_string(size) + " bytes");
+        shm_name n;
+        const int fd = ::shm_open(n.name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+        ASSERT_GE(fd, 0) << std::strerror(errno);
+        const int r = ::ftruncate(fd, size);
+        ::close(fd);
+        ASSERT_EQ(r, 0) << std::strerror(errno);
+
+        const auto e = thrown_by([&] { shm_ring::open(n.name); });
+        ASSERT_TRUE(e.has_value());
+        EXPECT_TRUE(contains(e->what(), n.name)) << e->what();
+        // Refusing to map it did not remove someone else's object.
+        EXPECT_TRUE(shm_exists(n.name));
+    }
+}
+
+TEST(shm_ring, open_of_a_ring_with_another_magic_throws_naming_it) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    // Right size and capacity, wrong magic: a ring of another version.
+    const int fd = ::shm_open(n.name.c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    void* p = ::mmap(nullptr, sizeof(shm_ring_header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(p, MAP_FAILED) << std::strerror(errno);
+    static_cast<shm_ring_header*>(p)->magic ^= 0x0100'0000u;
+    ::munmap(p, sizeof(shm_ring_header));
+
+    const auto e = thrown_by([&] { shm_ring::open(n.name); });
+    ASSERT_TRUE(e.has_value());
+    EXPECT_TRUE(contains(e->what(), n.name)) << e->what();
+}
+
+TEST(shm_ring, create_of_an_existing_name_throws_and_keeps_the_existing_ring) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    const auto e = thrown_by([&] { shm_ring::create(n.name, min_capacity); });
+    ASSERT_TRUE(e.has_value());
+    EXPECT_TRUE(contains(e->what(), n.name)) << e->what();
+    EXPECT_EQ(e->code(), std::errc::file_exists) << e->code().message();
+    // The failed create neither unlinked nor reset the ring that was there.
+    auto producer = shm_ring::open(n.name);
+    ASSERT_TRUE(write_seq(producer, 9, 33));
+    ASSERT_TRUE(next_is(consumer, 9, 33));
+}
+
+// ---- doorbell ----------------------------------------------------------------------------
+
+int poll_readable(int fd, int timeout_ms) {
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, timeout_ms);
+    if (r <= 0) return r;
+    return (p.revents & POLLIN) ? 1 : -2;
+}
+
+TEST(shm_doorbell, ringing_makes_the_owner_readable_and_drain_empties_it) {
+    fifo_path f;
+    auto owner = shm_doorbell::create(f.path);
+    struct stat st {};
+    ASSERT_EQ(::stat(f.path.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISFIFO(st.st_mode));
+    ASSERT_GE(owner.fd(), 0);
+    auto writer = shm_doorbell::open(f.path);
+    ASSERT_GE(writer.fd(), 0);
+
+    EXPECT_EQ(poll_readable(owner.fd(), 0), 0);
+    for (int i = 0; i < 5; ++i)
+        writer.ring();
+    EXPECT_EQ(poll_readable(owner.fd(), 10'000), 1);
+    owner.drain();
+    EXPECT_EQ(poll_readable(owner.fd(), 0), 0);
+    owner.drain();  // draining an empty FIFO does not block
+    EXPECT_EQ(poll_readable(owner.fd(), 0), 0);
+
+    // It rings again after a drain.
+    writer.ring();
+    EXPECT_EQ(poll_readable(owner.fd(), 10'000), 1);
+    owner.drain();
+    EXPECT_EQ(poll_readable(owner.fd(), 0), 0);
+
+    // unlink removes the path; the open ends keep working.
+    owner.unlink();
+    EXPECT_FALSE(path_exists(f.path));
+    writer.ring();
+    EXPECT_EQ(poll_readable(owner.fd(), 10'000), 1);
+    owner.drain();
+    EXPECT_EQ(poll_readable(owner.fd(), 0), 0);
+    EXPECT_TRUE(thrown_by([&] { shm_doorbell::open(f.path); }).has_value());
+}
+
+TEST(shm_doorbell, ringing_a_full_fifo_does_not_block) {
+    fifo_path f;
+    auto owner = shm_doorbell::create(f.path);
+    auto writer = shm_doorbell::open(f.path);
+    const int fl = ::fcntl(writer.fd(), F_GETFL);
+    ASSERT_GE(fl, 0);
+    ASSERT_TRUE(fl & O_NONBLOCK);  // else the loop below would hang instead of failing
+    // Far more than a pipe buffer holds: a blocking write would hang here (ctest's timeout).
+    for (int i = 0; i < 100'000; ++i)
+        writer.ring();
+    EXPECT_EQ(poll_readable(owner.fd(), 10'000), 1);
+    owner.drain();
+    EXPECT_EQ(poll_readable(owner.fd(), 0), 0);
+    writer.ring();
+    EXPECT_EQ(poll_readable(owner.fd(), 10'000), 1);
+}
+
+TEST(shm_doorbell, errors_name_the_path) {
+    fifo_path f;
+    {
+        const auto e = thrown_by([&] { shm_doorbell::open(f.path); });
+        ASSERT_TRUE(e.has_value());
+        EXPECT_TRUE(contains(e->what(), f.path)) << e->what();
+    }
+    auto owner = shm_doorbell::create(f.path);
+    {
+        const auto e = thrown_by([&] { shm_doorbell::create(f.path); });
+        ASSERT_TRUE(e.has_value());
+        EXPECT_TRUE(contains(e->what(), f.path)) << e->what();
+        EXPECT_EQ(e->code(), std::errc::file_exists);
+        // The failed create did not remove the owner's FIFO.
+        EXPECT_TRUE(path_exists(f.path));
+    }
+}
+
+TEST(shm_doorbell, open_of_a_fifo_without_an_owner_throws_instead_of_blocking) {
+    fifo_path f;
+    ASSERT_EQ(::mkfifo(f.path.c_str(), 0600), 0) << std::strerror(errno);
+    const auto e = thrown_by([&] { shm_doorbell::open(f.path); });
+    ASSERT_TRUE(e.has_value());
+    EXPECT_TRUE(contains(e->what(), f.path)) << e->what();
+}
+
+// ---- moves and unlinking -----------------------------------------------------------------
+
+TEST(shm_ring, a_moved_from_ring_is_harmless_and_the_creator_unlinks_the_name) {
+    shm_name n;
+    std::optional<shm_ring> consumer;
+    {
+        auto created = shm_ring::create(n.name, min_capacity);
+        consumer.emplace(std::move(created));
+    }  // the moved-from ring is destroyed here: no unlink, no unmap
+    ASSERT_TRUE(shm_exists(n.name));
+    std::optional<shm_ring> producer;
+    {
+        auto opened = shm_ring::open(n.name);
+        producer.emplace(std::move(opened));
+    }
+    ASSERT_TRUE(write_seq(*producer, 1, 300));
+    ASSERT_TRUE(next_is(*consumer, 1, 300));
+
+    // The opening side's destructor leaves the name alone.
+    { auto other = shm_ring::open(n.name); }
+    EXPECT_TRUE(shm_exists(n.name));
+
+    consumer.reset();
+    EXPECT_FALSE(shm_exists(n.name));
+    EXPECT_TRUE(thrown_by([&] { shm_ring::open(n.name); }).has_value());
+    // The producer's mapping outlives the name and the consumer.
+    EXPECT_TRUE(write_seq(*producer, 2, 300));
+}
+
+TEST(shm_ring, move_assignment_releases_the_ring_it_replaces) {
+    shm_name a;
+    shm_name b;
+    auto x = shm_ring::create(a.name, min_capacity);
+    {
+        auto y = shm_ring::create(b.name, min_capacity);
+        x = std::move(y);
+        EXPECT_FALSE(shm_exists(a.name));  // x's old ring was created by x: unlinked
+        EXPECT_TRUE(shm_exists(b.name));
+    }  // moved-from y destroyed
+    EXPECT_TRUE(shm_exists(b.name));
+    auto producer = shm_ring::open(b.name);
+    ASSERT_TRUE(write_seq(producer, 3, 64));
+    ASSERT_TRUE(next_is(x, 3, 64));
+}
+
+TEST(shm_ring, unlink_is_idempotent_and_keeps_the_mapping) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    consumer.unlink();
+    EXPECT_FALSE(shm_exists(n.name));
+    consumer.unlink();
+    ASSERT_TRUE(write_seq(producer, 4, 77));
+    ASSERT_TRUE(next_is(consumer, 4, 77));
+
+    // A new ring under the same name is not removed by the old one's later unlink or death.
+    std::optional<shm_ring> old_consumer(std::move(consumer));
+    auto fresh = shm_ring::create(n.name, min_capacity);
+    old_consumer->unlink();
+    old_consumer.reset();
+    EXPECT_TRUE(shm_exists(n.name));
+    auto fresh_producer = shm_ring::open(n.name);
+    ASSERT_TRUE(write_seq(fresh_producer, 5, 10));
+    ASSERT_TRUE(next_is(fresh, 5, 10));
+}
+
+TEST(shm_doorbell, a_moved_from_doorbell_is_harmless_and_the_owner_unlinks_the_path) {
+    fifo_path f;
+    std::optional<shm_doorbell> owner;
+    {
+        auto created = shm_doorbell::create(f.path);
+        owner.emplace(std::move(created));
+    }
+    ASSERT_TRUE(path_exists(f.path));
+    ASSERT_GE(owner->fd(), 0);
+
+    auto writer = shm_doorbell::open(f.path);
+    {
+        auto moved = std::move(writer);
+        moved.ring();
+    }  // closes the moved-to writer; the moved-from one is left
+    EXPECT_EQ(poll_readable(owner->fd(), 10'000), 1);
+    owner->drain();
+
+    // Move assignment: the replaced writer is closed, the new one rings.
+    auto w1 = shm_doorbell::open(f.path);
+    auto w2 = shm_doorbell::open(f.path);
+    w1 = std::move(w2);
+    w1.ring();
+    EXPECT_EQ(poll_readable(owner->fd(), 10'000), 1);
+    owner->drain();
+
+    { auto other_writer = shm_doorbell::open(f.path); }  // a writer never unlinks
+    EXPECT_TRUE(path_exists(f.path));
+    owner.reset();
+    EXPECT_FALSE(path_exists(f.path));
+}
+
+// Ringing the bell of a PE that has gone (its FIFO has no reader) raised SIGPIPE, which
+// killed the ringing PE: one PE's exit took its same-host peers down with it.
+TEST(shm_doorbell, ringing_a_departed_owner_does_not_kill_the_ringer) {
+    fifo_path path;
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        auto owner = std::make_optional(shm_doorbell::create(path.path));
+        auto writer = shm_doorbell::open(path.path);
+        owner.reset();  // the owner closes its end: no reader left
+        writer.ring();
+        writer.ring();
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status))
+        << "the ringer died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    if (WIFEXITED(status)) {
+        EXPECT_EQ(WEXITSTATUS(status), 0);
+    }
+}
+
+// A record header the producer could never have written (a chunk running past the end of
+// the ring) is reported as corruption, not read past the mapping.
+TEST(shm_ring, an_impossible_record_header_is_reported_as_corrupt) {
+    shm_name name;
+    auto consumer = shm_ring::create(name.name, min_capacity);
+    auto producer = shm_ring::open(name.name);
+    const auto bytes = record_bytes(1, 100);
+    ASSERT_TRUE(producer.try_write(bytes, 100, shm_flags::first, 0));
+    // Overwrite the record's chunk length through a mapping of our own.
+    const int fd = ::shm_open(name.name.c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0);
+    const std::size_t map_bytes = sizeof(shm_ring_header) + consumer.capacity();
+    void* p = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    const std::uint32_t bogus = 0xFFFF'FF00u;
+    std::memcpy(static_cast<std::byte*>(p) + sizeof(shm_ring_header), &bogus, sizeof bogus);
+    EXPECT_FALSE(consumer.peek().has_value());
+    EXPECT_TRUE(consumer.corrupt());
+    ::munmap(p, map_bytes);
+}
+
+}  // namespace
+}  // namespace coverse::net
