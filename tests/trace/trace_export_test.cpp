@@ -331,12 +331,15 @@ TEST_F(trace_export_test, odd_strings_still_make_valid_json) {
 namespace coverse::test {
 namespace {
 
-// Runs `program` on `pes` PEs through coverse-run with COVERSE_TRACE=dir.
+// Runs `program` on `pes` PEs through coverse-run, recording into `dir` with the
+// environment (COVERSE_TRACE=dir) or with the launcher's flag (--trace dir).
 int run_traced_job(const fs::path& dir, int pes, const std::string& program,
-                   const std::string& args = "") {
-    const std::string cmd = "COVERSE_TRACE='" + dir.string() + "' '" COVERSE_RUN_PATH "' -n " +
-                            std::to_string(pes) + " '" + program + "' " + args + " > '" +
-                            (dir / "job.out").string() + "' 2>&1";
+                   const std::string& args = "", bool use_flag = false) {
+    const std::string trace = "'" + dir.string() + "'";
+    const std::string cmd =
+        (use_flag ? std::string() : "COVERSE_TRACE=" + trace + " ") + "'" COVERSE_RUN_PATH "' " +
+        (use_flag ? "--trace " + trace + " " : std::string()) + "-n " + std::to_string(pes) + " '" +
+        program + "' " + args + " > '" + (dir / "job.out").string() + "' 2>&1";
     const int rc = std::system(cmd.c_str());
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }
@@ -361,7 +364,7 @@ TEST_F(trace_export_test, a_real_four_pe_job_exports_closed_slices_and_paired_fl
 }
 
 TEST_F(trace_export_test, a_handle_the_program_never_releases_is_reported_by_leaks) {
-    ASSERT_EQ(run_traced_job(dir, 2, TRACE_LEAKY_PE), 0) << read_text(dir / "job.out");
+    ASSERT_EQ(run_traced_job(dir, 2, TRACE_LEAKY_PE, "", true), 0) << read_text(dir / "job.out");
     const auto leaks = cli({"leaks", dir.string()});
     EXPECT_EQ(leaks.status, 1) << leaks.out << leaks.err;
     EXPECT_NE(leaks.out.find("PE 0"), std::string::npos) << leaks.out;

@@ -1,5 +1,5 @@
 // coverse-run: the launcher's command line — charmrun-compatible flags (+pN, +p N, ++local,
-// ++verbose) plus -n, --prefix, --bind, --timeout, --set — handed to net::run_job.
+// ++verbose) plus -n, --prefix, --bind, --timeout, --set, --trace — handed to net::run_job.
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>
 
@@ -31,6 +31,8 @@ Options:
   --timeout SECONDS  how long the PEs have to register (default: CONNECTION_TIMEOUT,
                      300 s)
   --set NAME=VALUE   append "++set NAME=VALUE" to every PE's arguments (repeatable)
+  --trace DIR        record every PE's handle lifecycle into DIR (COVERSE_TRACE=DIR);
+                     read it with coverse-trace summary|export|leaks|stalls DIR
   -h, --help         print this help and exit
   --version          print the version and exit
 
@@ -124,6 +126,10 @@ command_line parse(int argc, char** argv) {
                 throw usage_error{"--timeout needs a positive number of seconds, not '" + v + "'"};
             }
             cl.timeout_seconds = s;
+        } else if (a == "--trace" || a.starts_with("--trace=")) {
+            const std::string v = value(a, "--trace");
+            if (v.empty()) throw usage_error{"--trace needs a directory"};
+            cl.opts.extra_env.emplace_back("COVERSE_TRACE", v);
         } else if (a == "--set" || a.starts_with("--set=")) {
             const std::string v = value(a, "--set");
             const auto eq = v.find('=');
