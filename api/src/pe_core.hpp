@@ -371,6 +371,7 @@ private:
     std::unique_ptr<shm_poller> _shm_poller;
     std::unique_ptr<task_scope> _shm_tasks;
     std::size_t _shm_queued = 0;  // messages waiting in any shm_peer_out::queue
+    bool _shm_wanted = false;     // SHM on for this job (the same on every PE)
 
     bool _receiving = false;
     bool _shut_down = false;

@@ -45,39 +45,60 @@ std::string bell_path(std::uint64_t key, std::uint32_t pe) {
 }  // namespace
 
 void pe_core::shm_create(const net::launch_info& info) {
-    if (_num_pes < 2 || !settings::enabled("SHM")) return;
-    if (!_sched->io()) return;  // the doorbell needs io_uring to wake a sleeping PE
+    // Every PE decides the same way (same settings, same kernel), so all of them take part
+    // in the start-up barrier of shm_connect.
+    _shm_wanted = _num_pes > 1 && settings::enabled("SHM") && _sched->io() != nullptr;
+    if (!_shm_wanted) return;
     const std::size_t capacity = settings::count("SHM_RING_BYTES");
-    _shm_in.resize(_num_pes);
-    _shm_out.resize(_num_pes);
-    for (std::uint32_t p = 0; p < _num_pes; ++p)
-        if (p != _pe)
-            _shm_in[p].ring.emplace(
-                net::shm_ring::create(ring_name(info.job_key, _pe, p), capacity));
-    _shm_bell.emplace(net::shm_doorbell::create(bell_path(info.job_key, _pe)));
+    try {
+        _shm_in.resize(_num_pes);
+        _shm_out.resize(_num_pes);
+        for (std::uint32_t p = 0; p < _num_pes; ++p)
+            if (p != _pe)
+                _shm_in[p].ring.emplace(
+                    net::shm_ring::create(ring_name(info.job_key, _pe, p), capacity));
+        _shm_bell.emplace(net::shm_doorbell::create(bell_path(info.job_key, _pe)));
+    } catch (const std::exception& e) {
+        // No shared memory here (no /dev/shm, a small container /dev/shm): this PE's
+        // peers find no ring for it and send over TCP; it sends over TCP too.
+        print("coverse: PE " + std::to_string(_pe) + ": " + e.what() +
+                  "; messages to and from this PE use TCP\n",
+              true);
+        _shm_in.clear();
+        _shm_out.clear();
+        _shm_bell.reset();
+    }
 }
 
 void pe_core::shm_connect(const net::launch_info& info, const std::vector<net::node_entry>& table) {
-    if (_shm_in.empty()) return;
-    const std::uint64_t here = table[_pe].machine_id;
-    for (std::uint32_t p = 0; p < _num_pes; ++p) {
-        if (p == _pe) continue;
-        if (table[p].machine_id != here) {
-            _shm_in[p].ring.reset();  // another host: that pair stays on TCP
-            continue;
+    if (!_shm_wanted) return;
+    if (!_shm_in.empty()) {
+        const std::uint64_t here = table[_pe].machine_id;
+        for (std::uint32_t p = 0; p < _num_pes; ++p) {
+            if (p == _pe) continue;
+            if (table[p].machine_id != here) {
+                _shm_in[p].ring.reset();  // another host: that pair stays on TCP
+                continue;
+            }
+            try {
+                auto ring = net::shm_ring::open(ring_name(info.job_key, p, _pe));
+                auto bell = net::shm_doorbell::open(bell_path(info.job_key, p));
+                _shm_out[p].ring.emplace(std::move(ring));
+                _shm_out[p].bell.emplace(std::move(bell));
+            } catch (const std::exception&) {
+                // That PE has no shared memory (it said so): this direction stays on TCP.
+            }
         }
-        _shm_out[p].ring.emplace(net::shm_ring::open(ring_name(info.job_key, p, _pe)));
-        _shm_out[p].bell.emplace(net::shm_doorbell::open(bell_path(info.job_key, p)));
+        _shm_poller = std::make_unique<shm_poller>(*this);
+        _sched->add_poller(*_shm_poller);
+        _shm_tasks = std::make_unique<task_scope>("shm doorbell");
+        _shm_tasks->spawn(shm_bell_task(this), "shm doorbell", *_sched);
     }
-    _shm_poller = std::make_unique<shm_poller>(*this);
-    _sched->add_poller(*_shm_poller);
-    _shm_tasks = std::make_unique<task_scope>("shm doorbell");
-    _shm_tasks->spawn(shm_bell_task(this), "shm doorbell", *_sched);
     // Everyone has mapped what it needs: the names can go (the mappings stay).
     sync_wait(barrier(false));
     for (auto& in : _shm_in)
         if (in.ring) in.ring->unlink();
-    _shm_bell->unlink();
+    if (_shm_bell) _shm_bell->unlink();
 }
 
 task<void> pe_core::shm_bell_task(pe_core* self) {
