@@ -769,6 +769,15 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
         alloc::msg_free(fwd);
     }
     trace_receive(msg, from, size);
+    if (take_barrier_message(msg)) {
+        if (header_of(msg)->flags & header_flag_traced_receive) {  // consumed here: closed
+            const auto id = receive_trace_id(header_of(msg)->reserved);
+            trace::emit(trace::kind::handle_completed, id);
+            trace::emit(trace::kind::handle_released, id);
+        }
+        alloc::msg_free(msg);
+        return;
+    }
     _net_queue.push_back(msg);
     _sched->end_turn();  // the handler runs before the loop enters the kernel again
 }
@@ -1012,10 +1021,68 @@ void pe_core::fire_timers() {
 // Barrier: arrivals go to PE 0, which releases everyone. Out of band: no handler runs
 // while a PE waits, arriving messages stay queued.
 
+// The ordinary barrier: a spanning tree (fan-out 4, root PE 0) of internal messages over
+// the same paths as user messages (the shared-memory rings on one host). Arrivals go up
+// once a PE's whole subtree arrived; the release comes down. The messages are taken out
+// at arrival (accept_message), never queued for a handler, so the barrier stays below the
+// message queue.
+task<void> pe_core::tree_barrier() {
+    const std::uint32_t epoch = ++_barrier_epoch;
+    trace::emit(trace::kind::phase_begin, 5, epoch);
+    int children[4];
+    const int n = span_children(static_cast<int>(_pe), children);
+    while (_tree_arrivals[epoch] < static_cast<std::uint32_t>(n))
+        co_await _barrier_waiters.wait();
+    _tree_arrivals.erase(epoch);
+    if (_pe != 0) {
+        send_barrier_message(static_cast<std::uint32_t>(span_parent(static_cast<int>(_pe))),
+                             internal_handler::barrier_arrive, epoch);
+        while (_barrier_released < epoch)
+            co_await _barrier_waiters.wait();
+    }
+    for (int i = 0; i < n; ++i)
+        send_barrier_message(static_cast<std::uint32_t>(children[i]),
+                             internal_handler::barrier_release, epoch);
+    trace::emit(trace::kind::phase_end, 5, epoch);
+}
+
+void pe_core::send_barrier_message(std::uint32_t to, internal_handler which, std::uint32_t epoch) {
+    const int size = static_cast<int>(CmiMsgHeaderSizeBytes + sizeof epoch);
+    void* m = alloc::msg_alloc(static_cast<std::size_t>(size));
+    if (!m) fatal("out of memory in a barrier");
+    CmiInitMsgHeader(m, size);
+    header_of(m)->handler = static_cast<std::uint32_t>(which);
+    std::memcpy(static_cast<std::byte*>(m) + CmiMsgHeaderSizeBytes, &epoch, sizeof epoch);
+    send(static_cast<int>(to), size, m, ownership::take, "CmiBarrier");
+}
+
+// Barrier messages are consumed where they arrive; returns whether `msg` was one.
+bool pe_core::take_barrier_message(void* msg) {
+    const std::uint32_t h = header_of(msg)->handler;
+    if (h != static_cast<std::uint32_t>(internal_handler::barrier_arrive) &&
+        h != static_cast<std::uint32_t>(internal_handler::barrier_release))
+        return false;
+    std::uint32_t epoch = 0;
+    if (alloc::msg_size(msg) >= CmiMsgHeaderSizeBytes + sizeof epoch)
+        std::memcpy(&epoch, static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, sizeof epoch);
+    if (h == static_cast<std::uint32_t>(internal_handler::barrier_arrive))
+        ++_tree_arrivals[epoch];
+    else
+        _barrier_released = std::max(_barrier_released, epoch);
+    _barrier_waiters.notify_all();
+    return true;
+}
+
+// CmiBarrierZero: every PE reports to PE 0 over the mesh (a barrier frame); only PE 0
+// waits for all of them.
 task<void> pe_core::barrier(bool zero_only) {
     if (_num_pes == 1) co_return;
-    // Ordinary barriers and CmiBarrierZero count separate epochs (the top bit marks zero).
-    const std::uint32_t epoch = zero_only ? (0x8000'0000u | ++_zero_epoch) : ++_barrier_epoch;
+    if (!zero_only) {
+        co_await tree_barrier();
+        co_return;
+    }
+    // Zero barriers count epochs of their own (the top bit marks them).
+    const std::uint32_t epoch = 0x8000'0000u | ++_zero_epoch;
     trace::emit(trace::kind::phase_begin, 5, epoch);
     if (_pe != 0) {
         const auto payload = net::encode(net::barrier_payload{epoch, net::barrier_phase::arrive});
@@ -1024,28 +1091,11 @@ task<void> pe_core::barrier(bool zero_only) {
         h.source_pe = _pe;
         h.payload_length = static_cast<std::uint32_t>(payload.size());
         const int rc = co_await _mesh->send(0, h, payload);
-        if (rc < 0) fatal("PE " + std::to_string(_pe) + ": barrier: PE 0 is gone");
-        if (!zero_only)
-            while (_barrier_released < epoch)
-                co_await _barrier_waiters.wait();
+        if (rc < 0) peer_lost("PE " + std::to_string(_pe) + ": barrier: PE 0 is gone");
     } else {
         while (_barrier_arrivals[epoch] < _num_pes - 1)
             co_await _barrier_waiters.wait();
         _barrier_arrivals.erase(epoch);
-        if (!zero_only) {
-            const auto payload =
-                net::encode(net::barrier_payload{epoch, net::barrier_phase::release});
-            for (std::uint32_t p = 1; p < _num_pes; ++p) {
-                net::frame_header h;
-                h.type = net::frame_type::barrier;
-                h.source_pe = _pe;
-                h.payload_length = static_cast<std::uint32_t>(payload.size());
-                const int rc = co_await _mesh->send(p, h, payload);
-                if (rc < 0)
-                    fatal("PE 0: barrier: could not release PE " + std::to_string(p) +
-                          " (it is gone)");
-            }
-        }
     }
     trace::emit(trace::kind::phase_end, 5, epoch);
 }

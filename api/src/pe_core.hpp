@@ -48,8 +48,10 @@ inline constexpr std::uint32_t internal_handler_base = 0xFFFF'0000u;
 enum class internal_handler : std::uint32_t {
     reduce_contribution = internal_handler_base,
     reduce_struct_result,
-    sum_result,  // coroutine API reduce_sum: the total at PE 0
-    sum_final,   // coroutine API reduce_sum: the total broadcast to every PE
+    sum_result,       // coroutine API reduce_sum: the total at PE 0
+    sum_final,        // coroutine API reduce_sum: the total broadcast to every PE
+    barrier_arrive,   // tree barrier, up: consumed on arrival, never queued
+    barrier_release,  // tree barrier, down
 };
 
 /// What a pup_er points at: coverse sizes and packs (reductions of structs), never unpacks.
@@ -159,6 +161,7 @@ public:
 
     // ---- collectives -------------------------------------------------------------------
     task<void> barrier(bool zero_only);
+    task<void> tree_barrier();
     void reduce(void* msg, int size, CmiReduceMergeFn merge);
     void reduce_struct(void* data, CmiReducePupFn pup, CmiReduceMergeFn merge, CmiHandler dest,
                        CmiReduceDeleteFn del);
@@ -230,6 +233,8 @@ private:
     task<void> receive_loop();
     void on_frame(net::received r);
     void on_barrier_frame(std::uint32_t from, const net::frame& f);
+    void send_barrier_message(std::uint32_t to, internal_handler which, std::uint32_t epoch);
+    bool take_barrier_message(void* msg);
 
     std::uint32_t acquire_slot(const char* caller);
     task<void> wait_for_slot();
@@ -321,6 +326,7 @@ private:
     std::uint32_t _zero_epoch = 0;
     std::map<std::uint32_t, std::uint32_t> _barrier_arrivals;  // epoch -> count (PE 0)
     std::uint32_t _barrier_released = 0;                       // highest released epoch
+    std::map<std::uint32_t, std::uint32_t> _tree_arrivals;     // epoch -> children arrived
     wait_list _barrier_waiters;
 
     std::map<std::uint32_t, reduction> _reductions;
