@@ -96,9 +96,10 @@ constexpr setting_info registry[] = {
     {
         .name = "TRACE_LIMIT",
         .type = vt::bytes,
-        .default_value = "67108864",
-        .meaning = "most trace bytes one PE writes (TRACE_MODE says what then); 0: no limit",
+        .default_value = "268435456",
+        .meaning = "most trace bytes one PE writes (TRACE_MODE says what then); at least 40",
         .layer = "runtime",
+        .minimum = 40,
     },
     {
         .name = "TRACE_MODE",
