@@ -6,6 +6,7 @@
 #include <coverse/alloc/chunk_owner.hpp>
 #include <coverse/alloc/config.hpp>
 #include <coverse/alloc/memory_release.hpp>
+#include <coverse/test/scoped_env.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -46,31 +47,7 @@ inline alloc_config pool_config(bool enabled, std::size_t preallocate = 128,
     return c;
 }
 
-// Sets or unsets one environment variable for the scope.
-class scoped_env {
-public:
-    scoped_env(std::string name, const char* value) : _name(std::move(name)) {
-        if (const char* old = std::getenv(_name.c_str())) _old = old;
-        if (value != nullptr) {
-            ::setenv(_name.c_str(), value, 1);
-        } else {
-            ::unsetenv(_name.c_str());
-        }
-    }
-    ~scoped_env() {
-        if (_old) {
-            ::setenv(_name.c_str(), _old->c_str(), 1);
-        } else {
-            ::unsetenv(_name.c_str());
-        }
-    }
-    scoped_env(const scoped_env&) = delete;
-    scoped_env& operator=(const scoped_env&) = delete;
-
-private:
-    std::string _name;
-    std::optional<std::string> _old;
-};
+using coverse::test::scoped_env;
 
 // Every registration gets a new id, so a test can tell a fresh registration from a stale one.
 // Called under the cache's lock, so it needs none of its own.

@@ -7,6 +7,7 @@
 #include <coverse/net/transport.hpp>
 
 #include <gtest/gtest.h>
+#include <coverse/test/scoped_env.hpp>
 
 #include <cerrno>
 #include <cstdlib>
@@ -101,26 +102,7 @@ task<void> close_both(stream_pair& p) {
     co_await p.second->close();
 }
 
-// Sets an environment variable for one scope (the backends read their settings when made).
-class scoped_env {
-public:
-    scoped_env(const char* name, const char* value) : _name(name) {
-        if (const char* old = std::getenv(name)) _old = old;
-        ::setenv(name, value, 1);
-    }
-    ~scoped_env() {
-        if (_old)
-            ::setenv(_name, _old->c_str(), 1);
-        else
-            ::unsetenv(_name);
-    }
-    scoped_env(const scoped_env&) = delete;
-    scoped_env& operator=(const scoped_env&) = delete;
-
-private:
-    const char* _name;
-    std::optional<std::string> _old;
-};
+using coverse::test::scoped_env;
 
 // A backend and, for io_uring, its receive mode (COVERSE_RECV_MULTISHOT, set for the whole
 // test so that a backend re-made inside it keeps the mode).

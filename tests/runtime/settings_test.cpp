@@ -4,6 +4,7 @@
 #include <coverse/runtime/settings.hpp>
 
 #include <gtest/gtest.h>
+#include <coverse/test/scoped_env.hpp>
 
 #include <cstdlib>
 #include <deque>
@@ -19,31 +20,7 @@
 namespace coverse::settings {
 namespace {
 
-// Sets or unsets one environment variable for the scope.
-class scoped_env {
-public:
-    scoped_env(std::string name, const char* value) : _name(std::move(name)) {
-        if (const char* old = std::getenv(_name.c_str())) _old = old;
-        if (value) {
-            ::setenv(_name.c_str(), value, 1);
-        } else {
-            ::unsetenv(_name.c_str());
-        }
-    }
-    ~scoped_env() {
-        if (_old) {
-            ::setenv(_name.c_str(), _old->c_str(), 1);
-        } else {
-            ::unsetenv(_name.c_str());
-        }
-    }
-    scoped_env(const scoped_env&) = delete;
-    scoped_env& operator=(const scoped_env&) = delete;
-
-private:
-    std::string _name;
-    std::optional<std::string> _old;
-};
+using coverse::test::scoped_env;
 
 // Every test starts and ends with no command-line override and none of the spellings of the
 // settings it uses, so neither the CI's environment nor another test leaks in.
