@@ -539,25 +539,19 @@ CmiCommHandle pe_core::send(int dest, int size, void* msg, ownership own, const 
     return send_many(std::span<const int>(one, 1), size, msg, own, caller);
 }
 
-CmiCommHandle pe_core::send_many(std::span<const int> pes, int size, void* msg, ownership own,
-                                 const char* caller) {
+void pe_core::check_message(int size, const void* msg, const char* caller) {
     if (size < CmiMsgHeaderSizeBytes || !msg)
         fatal(std::string(caller) + ": a message of " + std::to_string(size) +
               " bytes is shorter than the Converse header (CmiMsgHeaderSizeBytes = " +
               std::to_string(CmiMsgHeaderSizeBytes) + "); allocate header + data");
-    for (int p : pes)
-        if (p < 0 || static_cast<std::uint32_t>(p) >= _num_pes)
-            fatal(std::string(caller) + ": destination PE " + std::to_string(p) +
-                  " is out of range (the job has " + std::to_string(_num_pes) + " PEs)");
+}
+
+// Opens a send: the buffer its frames go out from (a copy for Sync and small Async sends,
+// the caller's for AndFree and large Async ones) and its handle, held until end_send().
+pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const char* caller) {
     const auto usize = static_cast<std::uint32_t>(size);
-    if (pes.empty()) {
-        if (own == ownership::take) alloc::msg_free(msg);
-        return nullptr;
-    }
     // Small async sends are copied: the caller gets handle 0 and its buffer back at once.
     if (own == ownership::borrow && usize <= _small_boundary) own = ownership::copy;
-
-    // The buffer the frames go out from: a copy (Sync), the caller's (AndFree, Async).
     void* buf = msg;
     if (own == ownership::copy) {
         buf = alloc::msg_alloc(usize);
@@ -567,33 +561,52 @@ CmiCommHandle pe_core::send_many(std::span<const int> pes, int size, void* msg, 
         std::memcpy(buf, msg, usize);
     }
     const std::uint32_t s = acquire_slot(caller);
-    auto& slot = _slots[s];
     ++_sends_in_flight;
-    slot.pending = 1;  // held until every frame is started
-    if (own != ownership::borrow) slot.free_when_done = buf;
+    _slots[s].pending = 1;  // held until every frame is started
+    if (own != ownership::borrow) _slots[s].free_when_done = buf;
+    return open_send{buf, s, usize, own == ownership::borrow};
+}
 
-    for (int p : pes) {
-        const auto dest = static_cast<std::uint32_t>(p);
-        if (dest == _pe) {
-            self_frame_traced(s, usize);
-            void* copy = alloc::msg_alloc(usize);
-            if (!copy) fatal(std::string(caller) + ": out of memory");
-            std::memcpy(copy, buf, usize);
-            deliver_local(copy, usize);
-        } else {
-            start_frame(dest, buf, usize, s, 0, 0);
-        }
-    }
-    const bool user = own == ownership::borrow;
-    slot.user_owned = user;
-    CmiCommHandle h = user ? user_handle(s) : nullptr;
-    slot_sent(s);  // drops the start-up hold; completes now if everything was local
-    if (user && _slots[s].pending == 0) {
-        // Finished already (all local): the handle would only need releasing.
-        release_handle(h, caller);
+// The destination that is this PE: a copy goes straight to the network queue.
+void pe_core::send_to_self(const open_send& o, const char* caller) {
+    self_frame_traced(o.slot, o.size);
+    void* copy = alloc::msg_alloc(o.size);
+    if (!copy) fatal(std::string(caller) + ": out of memory");
+    std::memcpy(copy, o.buf, o.size);
+    deliver_local(copy, o.size);
+}
+
+// Drops the hold of begin_send(); returns the user's handle, or 0 when the send is done.
+CmiCommHandle pe_core::end_send(const open_send& o, const char* caller) {
+    _slots[o.slot].user_owned = o.user;
+    CmiCommHandle h = o.user ? user_handle(o.slot) : nullptr;
+    slot_sent(o.slot);  // completes now if every frame already went (all local, or copied)
+    if (o.user && _slots[o.slot].pending == 0) {
+        release_handle(h, caller);  // finished: the handle would only need releasing
         return nullptr;
     }
     return h;
+}
+
+CmiCommHandle pe_core::send_many(std::span<const int> pes, int size, void* msg, ownership own,
+                                 const char* caller) {
+    check_message(size, msg, caller);
+    for (int p : pes)
+        if (p < 0 || static_cast<std::uint32_t>(p) >= _num_pes)
+            fatal(std::string(caller) + ": destination PE " + std::to_string(p) +
+                  " is out of range (the job has " + std::to_string(_num_pes) + " PEs)");
+    if (pes.empty()) {
+        if (own == ownership::take) alloc::msg_free(msg);
+        return nullptr;
+    }
+    const open_send o = begin_send(size, msg, own, caller);
+    for (int p : pes) {
+        if (static_cast<std::uint32_t>(p) == _pe)
+            send_to_self(o, caller);
+        else
+            start_frame(static_cast<std::uint32_t>(p), o.buf, o.size, o.slot, 0, 0);
+    }
+    return end_send(o, caller);
 }
 
 std::vector<std::uint32_t> pe_core::tree_children(std::uint32_t root, std::uint32_t of) const {
@@ -609,10 +622,7 @@ std::vector<std::uint32_t> pe_core::tree_children(std::uint32_t root, std::uint3
 
 CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool include_self,
                                  const char* caller) {
-    if (size < CmiMsgHeaderSizeBytes || !msg)
-        fatal(std::string(caller) + ": a message of " + std::to_string(size) +
-              " bytes is shorter than the Converse header");
-    const auto usize = static_cast<std::uint32_t>(size);
+    check_message(size, msg, caller);
     header_of(msg)->root_plus_one = _pe + 1;
     if (!_broadcast_tree) {
         std::vector<int> all;
@@ -620,36 +630,11 @@ CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool includ
             if (p != _pe || include_self) all.push_back(static_cast<int>(p));
         return send_many(all, size, msg, own, caller);
     }
-    if (own == ownership::borrow && usize <= _small_boundary) own = ownership::copy;
-    void* buf = msg;
-    if (own == ownership::copy) {
-        buf = alloc::msg_alloc(usize);
-        if (!buf) fatal(std::string(caller) + ": out of memory");
-        std::memcpy(buf, msg, usize);
-    }
-    const std::uint32_t s = acquire_slot(caller);
-    auto& slot = _slots[s];
-    ++_sends_in_flight;
-    slot.pending = 1;
-    if (own != ownership::borrow) slot.free_when_done = buf;
-    if (include_self) {
-        self_frame_traced(s, usize);
-        void* copy = alloc::msg_alloc(usize);
-        if (!copy) fatal(std::string(caller) + ": out of memory");
-        std::memcpy(copy, buf, usize);
-        deliver_local(copy, usize);
-    }
+    const open_send o = begin_send(size, msg, own, caller);
+    if (include_self) send_to_self(o, caller);
     for (std::uint32_t c : tree_children(_pe, _pe))
-        start_frame(c, buf, usize, s, net::frame_flags::broadcast, _pe);
-    const bool user = own == ownership::borrow;
-    slot.user_owned = user;
-    CmiCommHandle h = user ? user_handle(s) : nullptr;
-    slot_sent(s);
-    if (user && _slots[s].pending == 0) {
-        release_handle(h, caller);
-        return nullptr;
-    }
-    return h;
+        start_frame(c, o.buf, o.size, o.slot, net::frame_flags::broadcast, _pe);
+    return end_send(o, caller);
 }
 
 task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> msg) {
@@ -717,16 +702,7 @@ void pe_core::on_frame(net::received r) {
     const auto& h = r.frame.header;
     switch (h.type) {
         case net::frame_type::standard: {
-            const std::uint32_t size = h.payload_length;
-            if (size < CmiMsgHeaderSizeBytes) {
-                print("coverse: PE " + std::to_string(_pe) + " dropped a " + std::to_string(size) +
-                          "-byte message from PE " + std::to_string(r.from) +
-                          ": shorter than the Converse header\n",
-                      true);
-                ++_recv_seq[r.from];
-                return;
-            }
-            accept_message(r.from, r.frame.payload.release(), size,
+            accept_message(r.from, r.frame.payload.release(), h.payload_length,
                            (h.flags & net::frame_flags::broadcast) != 0, h.tag);
             return;
         }
@@ -745,6 +721,15 @@ void pe_core::on_frame(net::received r) {
 // for its handler. The same for both paths (TCP mesh, shared-memory ring).
 void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                              std::uint32_t root) {
+    if (size < CmiMsgHeaderSizeBytes) {  // a peer's bug: report it, never hand it on
+        if (msg) alloc::msg_free(msg);
+        ++_recv_seq[from];
+        print("coverse: PE " + std::to_string(_pe) + " dropped a " + std::to_string(size) +
+                  "-byte message from PE " + std::to_string(from) +
+                  ": shorter than the Converse header\n",
+              true);
+        return;
+    }
     std::vector<std::uint32_t> children;
     if (broadcast) children = tree_children(root, _pe);
     if (!children.empty()) {
@@ -846,12 +831,10 @@ task<void> pe_core::timer_task(pe_core* self, double due) {
 void pe_core::run_idle_wait() {
     double due = _timed.empty() ? -1 : _timed.front().due;
     // Registered periodic conditions need the loop awake when they come due, too.
-    for (int cond = CcdPERIODIC; cond <= CcdPERIODIC_1second; ++cond)
-        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) {
-            const double next = std::max(_periodic_due, wall_time() + 0.001);
-            due = due < 0 ? next : std::min(due, next);
-            break;
-        }
+    if (has_periodic()) {
+        const double next = std::max(_periodic_due, wall_time() + 0.001);
+        due = due < 0 ? next : std::min(due, next);
+    }
     // Re-arm unless a timer task already waits for this deadline or an earlier one that
     // has not passed yet (an armed deadline in the past is stale: its task may not have
     // run yet, but it will not wake us again).
@@ -1002,13 +985,21 @@ void pe_core::raise_periodic(double now) {
     }
 }
 
+bool pe_core::has_periodic() const noexcept {
+    for (int cond = CcdPERIODIC; cond <= CcdPERIODIC_1second; ++cond)
+        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) return true;
+    return false;
+}
+
 void pe_core::fire_timers() {
+    // Called between messages: without timed or periodic callbacks, not even a clock read.
+    const bool periodic = has_periodic();
+    if (_timed.empty() && !periodic) return;
     const double now = wall_time();
-    if (now >= _periodic_due) {
+    if (periodic && now >= _periodic_due) {
         _periodic_due = now + 0.005;  // check the periodic conditions every 5 ms at most
         raise_periodic(now);
     }
-    if (_timed.empty()) return;
     while (!_timed.empty() && _timed.front().due <= now) {
         std::pop_heap(_timed.begin(), _timed.end(), std::greater<>{});
         const timed_call c = _timed.back();
@@ -1110,10 +1101,15 @@ void pe_core::on_barrier_frame(std::uint32_t from, const net::frame& f) {
               true);
         return;
     }
-    if (d.value.phase == net::barrier_phase::arrive && _pe == 0)
-        ++_barrier_arrivals[d.value.epoch];
-    else if (d.value.phase == net::barrier_phase::release)
-        _barrier_released = std::max(_barrier_released, d.value.epoch);
+    // Only CmiBarrierZero uses barrier frames (arrivals at PE 0); CmiBarrier's tree travels
+    // as internal messages (take_barrier_message).
+    if (d.value.phase != net::barrier_phase::arrive || _pe != 0) {
+        print("coverse: PE " + std::to_string(_pe) + ": unexpected barrier frame from PE " +
+                  std::to_string(from) + "\n",
+              true);
+        return;
+    }
+    ++_barrier_arrivals[d.value.epoch];
     _barrier_waiters.notify_all();
 }
 

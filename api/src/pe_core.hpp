@@ -268,6 +268,16 @@ private:
     void shm_wake();
     void shm_close();
     static task<void> shm_bell_task(pe_core* self);
+    struct open_send {
+        void* buf;           // what the frames go out from
+        std::uint32_t slot;  // the handle, held until end_send()
+        std::uint32_t size;
+        bool user;  // an Async send that returns its handle
+    };
+    void check_message(int size, const void* msg, const char* caller);
+    open_send begin_send(int size, void* msg, ownership own, const char* caller);
+    void send_to_self(const open_send& o, const char* caller);
+    CmiCommHandle end_send(const open_send& o, const char* caller);
     void deliver_local(void* owned_copy, std::uint32_t size);
     void trace_receive(void* msg, std::uint32_t from, std::uint32_t size);
     void trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t size);
@@ -279,6 +289,7 @@ private:
     void run_idle_wait();
     void fire_timers();
     void raise_periodic(double now);
+    bool has_periodic() const noexcept;
     void reduce_progress(std::uint32_t seq);
     void reduce_contribution(void* msg);
     reduction& reduction_for(std::uint32_t seq);

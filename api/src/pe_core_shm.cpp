@@ -198,15 +198,6 @@ bool pe_core::shm_poll() {
             in.ring->consume();
             if (in.filled < in.total) continue;
             void* msg = std::exchange(in.assembling, nullptr);
-            if (in.total < CmiMsgHeaderSizeBytes) {
-                alloc::msg_free(msg);
-                ++_recv_seq[p];
-                print("coverse: PE " + std::to_string(_pe) + " dropped a " +
-                          std::to_string(in.total) + "-byte message from PE " + std::to_string(p) +
-                          ": shorter than the Converse header\n",
-                      true);
-                continue;
-            }
             accept_message(p, msg, in.total, (in.flags & net::shm_flags::broadcast) != 0, in.tag);
         }
     }
