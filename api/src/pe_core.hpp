@@ -6,7 +6,7 @@
 //
 // Send handle stages: free -> in flight (frame queued on the mesh) -> completed (bytes in
 // the kernel; an AndFree buffer is freed) -> released (the user's CmiReleaseCommHandle, or
-// at once for internal handles). One place, finish_send(), completes a handle exactly once.
+// at once for internal handles). One place, slot_sent(), completes a handle exactly once.
 #pragma once
 
 #include <converse.h>
@@ -182,10 +182,6 @@ public:
     // ---- exit ------------------------------------------------------------------------------
     /// Finishes every pending send, runs the disconnect handshake, closes everything.
     void shutdown();
-    bool shut_down() const noexcept { return _shut_down; }
-
-    /// The arguments left after the runtime's flags were consumed.
-    const start_options& options() const noexcept { return _opts; }
 
 private:
     struct handler_entry {
