@@ -35,6 +35,7 @@
 #include <coverse/runtime/trace_poller.hpp>
 
 #include "cqs.hpp"
+#include "spanning_tree.hpp"
 
 namespace coverse::detail {
 
@@ -165,7 +166,10 @@ public:
     void reduce(void* msg, int size, CmiReduceMergeFn merge);
     void reduce_struct(void* data, CmiReducePupFn pup, CmiReduceMergeFn merge, CmiHandler dest,
                        CmiReduceDeleteFn del);
-    static int span_parent(int pe) noexcept { return pe == 0 ? -1 : (pe - 1) / 4; }
+    /// CmiSpanTree*: the tree rooted at PE 0.
+    static int span_parent(int pe) noexcept {
+        return spanning_tree::parent(0, static_cast<std::uint32_t>(pe), 0x7FFF'FFFFu);
+    }
     int span_children(int pe, int* out) const noexcept;
 
     // ---- conditions ----------------------------------------------------------------------
@@ -279,7 +283,10 @@ private:
     void trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t size);
     std::uint32_t trace_frame(std::uint32_t slot, std::uint32_t dest, std::uint32_t size);
     void self_frame_traced(std::uint32_t slot, std::uint32_t size);
-    std::vector<std::uint32_t> tree_children(std::uint32_t root, std::uint32_t of) const;
+    spanning_tree::children_list tree_children(std::uint32_t root,
+                                               std::uint32_t of) const noexcept {
+        return spanning_tree::children(root, of, _num_pes);
+    }
     void* next_message();
     void call_handler(void* msg);
     void run_idle_wait();

@@ -1,0 +1,279 @@
+// Receive and dispatch: frames from the mesh and the same-host path become messages in the
+// network queue; the scheduler loop (CsdScheduler and friends) delivers them to handlers.
+#include "pe_core.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <coverse/alloc/config.hpp>
+#include <coverse/alloc/message.hpp>
+#include <coverse/runtime/settings.hpp>
+#include <coverse/runtime/sync_wait.hpp>
+#include <coverse/runtime/timer.hpp>
+
+namespace coverse::detail {
+
+// ---------------------------------------------------------------------------------------
+// Receiving
+
+task<void> pe_core::receive_loop() {
+    for (;;) {
+        std::optional<net::received> r;
+        std::string failure;
+        try {
+            r = co_await _mesh->receive();
+        } catch (const std::exception& e) {
+            failure = e.what();
+        }
+        if (!failure.empty()) {
+            if (_shut_down) co_return;
+            peer_lost("PE " + std::to_string(_pe) + ": " + failure);
+        }
+        if (!r) break;
+        on_frame(std::move(*r));
+    }
+    _receiving = false;
+}
+
+void pe_core::on_frame(net::received r) {
+    const auto& h = r.frame.header;
+    switch (h.type) {
+        case net::frame_type::standard: {
+            accept_message(r.from, r.frame.payload.release(), h.payload_length,
+                           (h.flags & net::frame_flags::broadcast) != 0, h.tag);
+            return;
+        }
+        case net::frame_type::barrier:
+            on_barrier_frame(r.from, r.frame);
+            return;
+        default:
+            print("coverse: PE " + std::to_string(_pe) + " ignored a " +
+                      std::string(net::frame_type_name(h.type)) + " frame from PE " +
+                      std::to_string(r.from) + "\n",
+                  true);
+    }
+}
+
+// A received message (CmiAlloc'd, owned): forwarded along its broadcast tree, then queued
+// for its handler. The same for both paths (TCP mesh, shared-memory ring).
+void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
+                             std::uint32_t root) {
+    if (size < CmiMsgHeaderSizeBytes) {  // a peer's bug: report it, never hand it on
+        if (msg) alloc::msg_free(msg);
+        ++_recv_seq[from];
+        print("coverse: PE " + std::to_string(_pe) + " dropped a " + std::to_string(size) +
+                  "-byte message from PE " + std::to_string(from) +
+                  ": shorter than the Converse header\n",
+              true);
+        return;
+    }
+    spanning_tree::children_list children;
+    if (broadcast) children = tree_children(root, _pe);
+    if (!children.empty()) {
+        // The received buffer goes on to the tree children (each holding a reference); the
+        // handler gets a copy it may change or free while those sends are still queued.
+        void* fwd = msg;
+        msg = alloc::msg_alloc(size);
+        if (!msg) fatal("out of memory receiving " + std::to_string(size) + " bytes");
+        std::memcpy(msg, fwd, size);
+        _sends_in_flight += children.count;
+        for (std::uint32_t c : children) {
+            if (trace::enabled()) {
+                const std::uint64_t id = (1ull << 62) | _forward_ids++;
+                trace_send(id, c, size);
+                trace::emit(trace::kind::handle_completed, id);
+                trace::emit(trace::kind::handle_released, id);
+            }
+            ++_send_seq[c];
+            alloc::msg_reference(fwd);
+            transmit(c, fwd, size, net::frame_flags::broadcast, root, forward_ctx(fwd));
+        }
+        alloc::msg_free(fwd);
+    }
+    trace_receive(msg, from, size);
+    if (take_barrier_message(msg)) {
+        if (header_of(msg)->flags & header_flag_traced_receive) {  // consumed here: closed
+            const auto id = receive_trace_id(header_of(msg)->reserved);
+            trace::emit(trace::kind::handle_completed, id);
+            trace::emit(trace::kind::handle_released, id);
+        }
+        alloc::msg_free(msg);
+        return;
+    }
+    _net_queue.push_back(msg);
+    _sched->end_turn();  // the handler runs before the loop enters the kernel again
+}
+
+// ---------------------------------------------------------------------------------------
+// Scheduling and dispatch
+
+void* pe_core::next_message() {
+    if (!_net_queue.empty()) {
+        void* m = _net_queue.front();
+        _net_queue.pop_front();
+        return m;
+    }
+    return _sched_queue.pop();
+}
+
+void pe_core::call_handler(void* msg) {
+    const std::uint32_t n = header_of(msg)->handler;
+    const handler_entry* e = nullptr;
+    if (n >= internal_handler_base) {
+        auto it = _internal.find(n);
+        if (it != _internal.end()) e = &it->second;
+    } else if (n < _handlers.size() && (_handlers[n].fn || _handlers[n].fnx)) {
+        e = &_handlers[n];
+    }
+    if (!e)
+        fatal("PE " + std::to_string(_pe) + " received a message for handler " + std::to_string(n) +
+              ", which is not registered here (" + std::to_string(_handlers.size()) +
+              " handlers registered); register the same handlers in the same order on every PE "
+              "before messages for them arrive");
+    std::uint64_t traced = 0;
+    if (header_of(msg)->flags & header_flag_traced_receive) {
+        header_of(msg)->flags &= ~header_flag_traced_receive;
+        traced = receive_trace_id(header_of(msg)->reserved);
+        trace::emit(trace::kind::handle_completed, traced);
+        _running_receives.push_back(traced);
+    }
+    {
+        delivery_guard guard(*_sched);
+        if (e->fnx)
+            e->fnx(msg, e->user);
+        else
+            e->fn(msg);
+    }
+    if (traced) {
+        _running_receives.pop_back();
+        trace::emit(trace::kind::handle_released, traced);
+    }
+}
+
+void pe_core::handle_message(void* msg) {
+    call_handler(msg);
+}
+
+task<void> pe_core::timer_task(pe_core* self, double due) {
+    const auto wait = std::chrono::duration<double>(std::max(0.0, due - self->wall_time()));
+    try {
+        co_await sleep_for(std::chrono::duration_cast<std::chrono::microseconds>(wait) +
+                           std::chrono::microseconds(1));
+    } catch (const cancelled_error&) {
+        co_return;  // shutting down
+    }
+    if (self->_armed_due == due) self->_armed_due = -1;
+}
+
+void pe_core::run_idle_wait() {
+    double due = _timed.empty() ? -1 : _timed.front().due;
+    // Registered periodic conditions need the loop awake when they come due, too.
+    if (has_periodic()) {
+        const double next = std::max(_periodic_due, wall_time() + 0.001);
+        due = due < 0 ? next : std::min(due, next);
+    }
+    // Re-arm unless a timer task already waits for this deadline or an earlier one that
+    // has not passed yet (an armed deadline in the past is stale: its task may not have
+    // run yet, but it will not wake us again).
+    if (due >= 0 && (_armed_due < 0 || due < _armed_due || _armed_due <= wall_time())) {
+        // Wake the loop for the earliest timed callback; its wake-up alone ends the wait.
+        _armed_due = due;
+        _sched->spawn(timer_task(this, due), "ccd timer");
+    }
+    _sched->run_until([&] {
+        return !_net_queue.empty() || !_sched_queue.empty() || _exit_requested ||
+               (due >= 0 && wall_time() >= due);
+    });
+}
+
+int pe_core::schedule(int max_msgs, bool poll_only) {
+    int delivered = 0;
+    for (;;) {
+        if (_exit_requested) {
+            _exit_requested = false;
+            break;
+        }
+        if (max_msgs > 0 && delivered >= max_msgs) break;
+        fire_timers();
+        void* msg = next_message();
+        if (!msg) {
+            _sched->run_once();
+            msg = next_message();
+        }
+        if (msg) {
+            if (_idle) {
+                _idle = false;
+                raise_condition(CcdPROCESSOR_END_IDLE);
+            }
+            call_handler(msg);
+            ++delivered;
+            continue;
+        }
+        if (poll_only) break;
+        if (!_idle) {
+            _idle = true;
+            raise_condition(CcdPROCESSOR_BEGIN_IDLE);
+            continue;  // a callback may have sent or enqueued something
+        }
+        run_idle_wait();
+    }
+    return delivered;
+}
+
+bool pe_core::enqueue(void* msg, int strategy, int priobits, const void* prio) {
+    return _sched_queue.push(msg, strategy, priobits, prio);
+}
+
+int pe_core::deliver_network(int max_msgs) {
+    _sched->run_once();
+    int n = 0;
+    while (!_net_queue.empty() && (max_msgs <= 0 || n < max_msgs)) {
+        void* m = _net_queue.front();
+        _net_queue.pop_front();
+        call_handler(m);
+        ++n;
+    }
+    return max_msgs - n;
+}
+
+void pe_core::deliver_specific(int handler) {
+    for (;;) {
+        for (auto it = _net_queue.begin(); it != _net_queue.end(); ++it) {
+            if (header_of(*it)->handler == static_cast<std::uint32_t>(handler)) {
+                void* m = *it;
+                _net_queue.erase(it);
+                call_handler(m);
+                return;
+            }
+        }
+        if (_num_pes == 1 || !_receiving)
+            fatal("CmiDeliverSpecificMsg(" + std::to_string(handler) +
+                  "): no such message is queued and none can arrive");
+        const std::size_t seen = _net_queue.size();
+        _sched->run_until([&] { return _net_queue.size() != seen; });
+    }
+}
+
+void* pe_core::get_non_local() {
+    _sched->run_once();
+    if (_net_queue.empty()) return nullptr;
+    void* m = _net_queue.front();
+    _net_queue.pop_front();
+    if (header_of(m)->flags & header_flag_traced_receive) {  // handed over: its handle ends
+        header_of(m)->flags &= ~header_flag_traced_receive;
+        trace::emit(trace::kind::handle_completed, receive_trace_id(header_of(m)->reserved));
+        trace::emit(trace::kind::handle_released, receive_trace_id(header_of(m)->reserved));
+    }
+    return m;
+}
+
+}  // namespace coverse::detail
