@@ -406,6 +406,16 @@ const protocol_table& layer::impl::table_for(std::uint32_t pe) const noexcept {
     return *slot;
 }
 
+std::string layer::provider_summary() const {
+    const impl& m = *_impl;
+    if (m.cfg.forced)
+        return "forced: " + std::string(to_string(*m.cfg.forced)) + " (RDMA_PROVIDER)";
+    std::string out = "auto: same host cma, other hosts ";
+    out += m.verbs ? "verbs" : "tcp";
+    if (!m.verbs && !m.verbs_why.empty()) out += " (verbs: " + m.verbs_why + ")";
+    return out;
+}
+
 std::string layer::describe() const {
     const impl& m = *_impl;
     std::string out;

@@ -11,8 +11,8 @@
 //   cma, from RNDV_SPLIT bytes: ask the sender to put the tail, so both PEs' cores copy at
 //   once] -> get the head in RNDV_CHUNK pieces -> [wait for the tail] -> get-done ->
 //   deliver, in the peer's order (messages that arrived behind the publish waited).
-// A failed get (the peer died, refused memory) stops the job with the PE, the size and the
-// cause; nothing is delivered half-filled.
+// A failed get (the peer died, refused memory) is reported with the PE, the size and the
+// cause (on_lost_message; the machine core stops the job); nothing is delivered half-filled.
 #include <unistd.h>
 
 #include <cstring>
@@ -197,16 +197,20 @@ task<void> layer::impl::receive_task(impl* self, rndv_in* in) {
                                      r.ok() ? net::get_status::ok : net::get_status::failed};
     if (r.status != op_status::peer_lost)
         self->stream_control(from, net::frame_type::get_done, false, 0, net::encode(done));
-    if (!r.ok()) {
+    if (!r.ok()) {  // one place releases the message of a failed receive
         alloc::msg_free(msg);
-        self->up.on_fatal("PE " + std::to_string(self->cfg.rank) + " could not fetch a " +
-                          std::to_string(size) + "-byte message from PE " + std::to_string(from) +
-                          " (" + std::string(to_string(prov->kind())) + "): " + r.detail);
+        msg = nullptr;
     }
-    in->slot->msg = msg;
+    in->slot->msg = msg;  // null: skipped by release_held, the order of the rest is kept
     in->slot->ready = true;
     --self->incoming;
     delete in;
+    if (!r.ok())
+        self->up.on_lost_message(from, size,
+                                 "PE " + std::to_string(self->cfg.rank) + " could not fetch a " +
+                                     std::to_string(size) + "-byte message from PE " +
+                                     std::to_string(from) + " (" +
+                                     std::string(to_string(prov->kind())) + "): " + r.detail);
     self->release_held(from);
 }
 
