@@ -9,6 +9,8 @@
  * 3. bcast: PE 0 broadcasts 2 MiB with CmiSyncBroadcastAllAndFree (one publish per tree
  *    child; interior PEs forward what they fetched).
  * 4. self: a 1 MiB CmiSyncSend to oneself (a copy).
+ * 5. huge (with -huge BYTES): PE 0 sends PE 1 one message of that size (e.g. 100 MiB, more
+ *    than a frame may carry: it must go by rendezvous on every path).
  * Every PE checks every byte; PE 0 counts acknowledgements and exits everyone.
  * Usage: large_messages -flag PATH (PATH.hold and PATH.go: files the test creates and
  * removes). */
@@ -38,7 +40,8 @@ typedef struct {
 
 static int big_h, ack_h, hold_h, cross_h, exit_h;
 static char hold_path[512], go_path[512];
-static int acks[5];
+static int huge_bytes;
+static int acks[6];
 
 static void fill(big_msg* m, int step, int from, int bytes) {
     unsigned char* p = (unsigned char*)(m + 1);
@@ -162,8 +165,12 @@ static void start_step(int step) {
         CmiSyncSend(0, (int)sizeof(big_msg) + MIB, s);
         memset(s + 1, 0xEE, MIB);
         CmiFree(s);
+    } else if (step == 5 && huge_bytes > 0 && n > 1) {
+        big_msg* h = new_big(5, huge_bytes);
+        CmiSyncSendAndFree(1, (int)sizeof(big_msg) + huge_bytes, h);
     } else {
-        CmiPrintf("large_messages: hold, cross, bcast and self on %d PEs ok\n", n);
+        CmiPrintf("large_messages: hold, cross, bcast, self%s on %d PEs ok\n",
+                  huge_bytes > 0 && n > 1 ? " and huge" : "", n);
         void* e = CmiAlloc(CmiMsgHeaderSizeBytes);
         CmiSetHandler(e, exit_h);
         CmiSyncBroadcastAllAndFree(CmiMsgHeaderSizeBytes, e);
@@ -174,15 +181,18 @@ static void ack_handler(void* msg) {
     ack_msg* a = (ack_msg*)msg;
     const int step = a->step;
     CmiFree(a);
-    const int want[5] = {0, 1, CmiNumPes(), CmiNumPes(), 1};
-    if (step < 1 || step > 4) CmiAbort("large_messages: an acknowledgement of no step");
+    const int want[6] = {0, 1, CmiNumPes(), CmiNumPes(), 1, 1};
+    if (step < 1 || step > 5) CmiAbort("large_messages: an acknowledgement of no step");
     if (++acks[step] == want[step]) start_step(step + 1);
 }
 
 static void start(int argc, char** argv) {
     const char* flag = NULL;
     for (int i = 1; i + 1 < argc; ++i)
-        if (strcmp(argv[i], "-flag") == 0) flag = argv[i + 1];
+        if (strcmp(argv[i], "-flag") == 0)
+            flag = argv[i + 1];
+        else if (strcmp(argv[i], "-huge") == 0)
+            huge_bytes = atoi(argv[i + 1]);
     if (!flag || strlen(flag) > 500) CmiAbort("usage: large_messages -flag PATH");
     snprintf(hold_path, sizeof hold_path, "%s.hold", flag);
     snprintf(go_path, sizeof go_path, "%s.go", flag);

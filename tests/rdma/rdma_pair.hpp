@@ -59,6 +59,7 @@ public:
     std::vector<std::string> notices;
     std::vector<std::uint32_t> failed_peers;
     std::uint32_t rank = 0;
+    bool _down = false;
 
     explicit node(scheduler_options o) : sched(o) {}
     ~node() {
@@ -106,6 +107,8 @@ public:
     }
     /// Everything a PE does before exit: finish rendezvous, the disconnect handshake, close.
     void shut_down() {
+        if (_down) return;
+        _down = true;
         rdma->drain();
         try {
             sync_wait(mesh->shutdown());
@@ -202,7 +205,7 @@ inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key
     };
     const int rc = body(n, gate);
     if (rc == 0 && n.failed_peers.empty()) n.shut_down();
-    if (rc == 0 && !n.failed_peers.empty()) {
+    if (rc == 0 && !n.failed_peers.empty() && !n._down) {
         // The peer is gone: close what is left without a handshake.
         n.rdma->close();
         try {

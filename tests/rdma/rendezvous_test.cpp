@@ -270,6 +270,32 @@ TEST_P(rendezvous_provider, a_sender_killed_mid_rendezvous_is_reported_naming_it
     EXPECT_EQ(r.pe1, 0);
 }
 
+// A publish that reaches a PE already in its shutdown is still served: PE 1 goes straight
+// into its disconnect handshake, PE 0 then publishes 4 MiB and completes only at get-done,
+// which PE 1 still sends (it starts nothing new, but it answers).
+TEST_P(rendezvous_provider, a_publish_that_arrives_during_shutdown_is_served) {
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            void* m = alloc::msg_alloc(4 << 20);
+            fill(m, 4 << 20, 0);
+            recorded_send done;
+            n.wait_for([] { return false; }, 20ms);  // PE 1 is in its handshake by now
+            n.rdma->send(1, static_cast<const std::byte*>(m), 4 << 20, false, 0, &done);
+            if (!n.wait_for([&] { return done.calls > 0; }, 30s)) return 100;
+            alloc::msg_free(m);
+            return done.result == 0 ? 0 : 101;
+        },
+        [&](node& n, const std::function<void()>&) {
+            n.shut_down();  // returns once PE 0 has disconnected too
+            const bool got = n.inbox.size() == 1 && n.inbox.front().size == (4u << 20) &&
+                             check(n.inbox.front().msg, 4 << 20, 0);
+            return got ? 0 : 102;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(providers, rendezvous_provider,
                          testing::Values(provider_kind::cma, provider_kind::tcp,
                                          provider_kind::verbs),
