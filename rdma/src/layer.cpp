@@ -220,17 +220,28 @@ namespace {
 struct owned_control final : send_completion {
     std::array<std::byte, 32> bytes{};
     std::size_t size = 0;
-    void sent(int) noexcept override { delete this; }
+    int* result = nullptr;  // set while stream_control() waits to hear a failure at once
+    void sent(int r) noexcept override {
+        if (result) *result = r;
+        delete this;
+    }
 };
 }  // namespace
 
-void layer::impl::stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
-                                 std::uint32_t root, std::span<const std::byte> payload) {
+int layer::impl::stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
+                                std::uint32_t root, std::span<const std::byte> payload) {
     auto* c = new owned_control;
     c->size = payload.size();
     std::memcpy(c->bytes.data(), payload.data(), payload.size());
+    int result = 1;  // 1: not completed during stream_send (c is still alive, queued)
+    c->result = &result;
     stream_send(dest, type, broadcast, root, std::span<const std::byte>(c->bytes.data(), c->size),
                 c);
+    if (result == 1) {
+        c->result = nullptr;  // it completes later, when nobody waits here any more
+        return 0;
+    }
+    return result < 0 ? result : 0;
 }
 
 // ---------------------------------------------------------------------------------------

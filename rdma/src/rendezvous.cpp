@@ -86,7 +86,10 @@ void layer::impl::rendezvous_send(std::uint32_t dest, const std::byte* buf, std:
     const net::publish_payload offer{
         static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(buf)), o->reg.get().key, size,
         o->id};
-    stream_control(dest, net::frame_type::publish, broadcast, root, net::encode(offer));
+    // A path that is already down (the peer's loss was reported before) fails it at once.
+    if (const int rc =
+            stream_control(dest, net::frame_type::publish, broadcast, root, net::encode(offer)))
+        finish_send(o, rc);
 }
 
 void layer::impl::finish_send(rndv_out* o, int result) {
@@ -173,7 +176,12 @@ task<void> layer::impl::receive_task(impl* self, rndv_in* in) {
         const net::rma_request_payload ask{
             static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(dst + head)),
             static_cast<std::uint64_t>(::getpid()), size - head, offer.handle};
-        self->stream_control(from, net::frame_type::rma_put_request, false, 0, net::encode(ask));
+        if (self->stream_control(from, net::frame_type::rma_put_request, false, 0,
+                                 net::encode(ask)) < 0) {
+            in->tail = {op_status::peer_lost,
+                        "the path to PE " + std::to_string(from) + " is down"};
+            in->tail_done.set();
+        }
     }
     op_result r;
     for (std::uint64_t off = 0; off < head && r.ok();) {
