@@ -110,6 +110,10 @@ scheduler& scheduler::this_thread() noexcept {
     return *t_current;
 }
 
+wait_registry& wait_registry::this_thread() noexcept {
+    return scheduler::this_thread().waits();
+}
+
 scheduler::scheduler(scheduler_options opts) : _opts(opts) {
     _wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (_wake_fd < 0) {
