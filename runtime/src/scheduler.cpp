@@ -110,8 +110,9 @@ scheduler& scheduler::this_thread() noexcept {
     return *t_current;
 }
 
-wait_registry& wait_registry::this_thread() noexcept {
-    return scheduler::this_thread().waits();
+void wait_registry::no_scheduler() noexcept {
+    scheduler::this_thread();  // prints why and aborts
+    std::abort();
 }
 
 scheduler::scheduler(scheduler_options opts) : _opts(opts) {
@@ -132,6 +133,7 @@ scheduler::scheduler(scheduler_options opts) : _opts(opts) {
     _root = std::make_unique<task_scope>("scheduler");
     _previous = t_current;
     t_current = this;
+    wait_registry::_current = &_waits;
 }
 
 scheduler::~scheduler() {
@@ -166,6 +168,7 @@ scheduler::~scheduler() {
     }
     ::close(_wake_fd);
     t_current = _previous;
+    wait_registry::_current = _previous ? &_previous->_waits : nullptr;
 }
 
 void scheduler::spawn(task<void> t, std::string name) {

@@ -70,6 +70,7 @@ struct wait_reason {
 };
 
 class wait_registry;
+class scheduler;
 
 /// One wait in progress: lives in the waiting frame (inside `wait_scope` or the awaiter
 /// of `waiting_for`) and is linked into its scheduler's registry while it lasts.
@@ -94,8 +95,12 @@ public:
     wait_registry& operator=(const wait_registry&) = delete;
 
     /// The registry of the calling thread's scheduler (aborts when there is none, like
-    /// scheduler::this_thread()).
-    static wait_registry& this_thread() noexcept;
+    /// scheduler::this_thread()). Inline: one thread-local load, no call.
+    static wait_registry& this_thread() noexcept {
+        if (_current == nullptr) [[unlikely]]
+            no_scheduler();
+        return *_current;
+    }
 
     void add(wait_record& r) noexcept {
         r._prev = _tail;
@@ -132,6 +137,10 @@ public:
     bool empty() const noexcept { return _size == 0; }
 
 private:
+    friend class scheduler;  // keeps _current equal to its own registry
+    [[noreturn]] static void no_scheduler() noexcept;
+    static inline thread_local constinit wait_registry* _current = nullptr;
+
     wait_record* _head = nullptr;
     wait_record* _tail = nullptr;
     std::size_t _size = 0;
