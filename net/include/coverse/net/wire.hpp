@@ -98,9 +98,14 @@ enum class frame_type : std::uint8_t {
                           // input); tag = request id
     register_node = 17,   // register_node_payload prefix + IP text (PE -> launcher)
     node_table = 18,      // node_table prefix + records or refusal text (launcher -> PE)
+    // 19..23: reserved for the one-sided memory frames (rdma/).
+    state_request = 24,  // state_request_payload (launcher -> PE, doctor channel); tag = id
+    state_reply = 25,    // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 18;
+inline constexpr std::uint8_t last_frame_type = 25;
+/// Whether `raw` names a frame type of this build (the range has reserved gaps).
+[[nodiscard]] bool known_frame_type(std::uint8_t raw) noexcept;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
@@ -323,6 +328,15 @@ struct node_record {
     friend bool operator==(const node_record&, const node_record&) = default;
 };
 
+enum class state_want : std::uint32_t { progress = 1, full = 2 };
+
+/// state_request: the launcher asks a PE for its state (the hang report, docs/doctor.md).
+struct state_request_payload {
+    state_want want = state_want::progress;  // @0 u32: 1 progress counters only, 2 everything
+    static constexpr std::size_t wire_size = 4;
+    friend bool operator==(const state_request_payload&, const state_request_payload&) = default;
+};
+
 /// node_table: the launcher's answer to register_node. An 8-byte prefix
 ///   @0 u32 status (node_table_status), @4 u32 count
 /// then, for ok, `count` node records covering PEs [0, num_pes) in order; for refused,
@@ -349,6 +363,8 @@ struct node_table_payload {
     const persistent_request_payload& p) noexcept;
 [[nodiscard]] std::array<std::byte, disconnect_payload::wire_size> encode(
     const disconnect_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, state_request_payload::wire_size> encode(
+    const state_request_payload& p) noexcept;
 /// Prefix and text together (abort is rare; one allocation is fine).
 [[nodiscard]] std::vector<std::byte> encode(const abort_payload& p);
 /// Prefix and IP text together.
@@ -375,6 +391,8 @@ struct node_table_payload {
     std::span<const std::byte> bytes, const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<disconnect_payload> decode_disconnect(std::span<const std::byte> bytes,
                                                             const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<state_request_payload> decode_state_request(
+    std::span<const std::byte> bytes, const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<abort_payload> decode_abort(std::span<const std::byte> bytes,
                                                   const decode_limits& limits) noexcept;
 /// Checks reserved, protocol_version >= 1, node < num_pes, 1 <= pe_count <= num_pes - node,
