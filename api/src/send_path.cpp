@@ -159,6 +159,8 @@ pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const
         std::memcpy(buf, msg, usize);
     }
     const std::uint32_t s = acquire_slot(caller);
+    _slots[s].protocol = static_cast<std::uint8_t>(
+        usize <= _small_boundary ? send_protocol::inline_send : send_protocol::stream);
     ++_sends_in_flight;
     _slots[s].pending = 1;  // held until every frame is started
     if (own != ownership::borrow) _slots[s].free_when_done = buf;
@@ -229,7 +231,7 @@ task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> ms
     CmiCommHandle h = send(static_cast<int>(dest), static_cast<int>(msg.size()),
                            const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
     while (h && _slots[slot_of(h, "send")].pending > 0)
-        co_await _send_waiters.wait();
+        co_await waiting_for({wait_kind::socket_drain, dest, 0, "send"}, _send_waiters.wait());
     release_handle(h, "send");
 }
 
