@@ -84,6 +84,7 @@ struct pe_doctor::shared {
     std::condition_variable taken;
     std::uint64_t asked = 0, answered = 0;  // snapshot ids
     std::optional<net::doctor::pe_state> snapshot;
+    unsigned queued = 0;  // snapshots posted and not yet run
     bool cancelled = false;
 
     // The responder's samples of pe_activity (its thread only).
@@ -150,12 +151,14 @@ std::optional<net::doctor::pe_state> pe_doctor::shared::ask_scheduler(
     {
         const std::lock_guard g(lock);
         id = ++asked;
+        ++queued;
     }
     // The snapshot runs on the PE thread, wherever its loop is (the outer loop, a nested
     // sync_wait, CsdSchedulePoll inside a handler); it only reads.
     core.sched().post([me, id] {
         {
             const std::lock_guard g(me->lock);
+            --me->queued;
             if (me->cancelled) return;
         }
         net::doctor::pe_state st;
@@ -260,6 +263,15 @@ pe_doctor::~pe_doctor() {
     const std::uint64_t one = 1;
     [[maybe_unused]] const auto w = ::write(_shared->stop_fd, &one, sizeof one);
     _thread.join();
+    // A snapshot posted but not run yet owns an allocation: let the loop take it (it does
+    // nothing now), so nothing is left in the queue the scheduler drops at its end.
+    for (;;) {
+        {
+            const std::lock_guard g(_shared->lock);
+            if (_shared->queued == 0) break;
+        }
+        _shared->core.sched().run_once();
+    }
     ::close(_shared->stop_fd);
     ::close(_shared->fd);
 }

@@ -659,6 +659,12 @@ std::string render_dot(const report& r) {
                 "\\nin " + handler_text(*a.state) + "\\nfor " + seconds(a.state->handler_seconds);
         else if (a.state->full && a.state->waits.empty())
             label += "\\nwaits for nothing";
+        else if (blamed) {
+            std::string why = standing(a);  // its first wait, short
+            why = why.substr(0, why.find(';'));
+            std::replace(why.begin(), why.end(), '"', '\'');
+            label += "\\n" + why;
+        }
         o += "  pe" + std::to_string(a.pe) + " [label=\"" + label + "\"" +
              (blamed ? ", style=\"rounded,filled\", fillcolor=\"#f4cccc\"" : "") + "];\n";
     }
