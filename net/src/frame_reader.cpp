@@ -48,7 +48,10 @@ void frame_reader::header_complete() noexcept {
     }
     // Allocated only now, at the validated length (never the maximum up front), and left
     // uninitialised: the stream overwrites every byte.
-    if (_alloc.allocate)
+    std::byte* placed = _place.place ? _place.place(_place.ctx, decoded.value) : nullptr;
+    if (placed)
+        _current.payload = payload_ptr(placed, payload_deleter{&keep_placed_payload});
+    else if (_alloc.allocate)
         _current.payload = payload_ptr(static_cast<std::byte*>(_alloc.allocate(length)),
                                        payload_deleter{_alloc.release});
     else

@@ -55,15 +55,15 @@ std::chrono::milliseconds connection_timeout_from_env() {
     return std::chrono::milliseconds(static_cast<long long>(secs * 1000));
 }
 
-std::uint32_t max_message_from_env() {
+std::uint64_t max_message_from_env() {
     const auto v = alloc::env_setting("MAX_MESSAGE");
-    if (!v) return default_max_payload;
+    if (!v) return default_max_message;
     const auto n = alloc::parse_count(v->value);
-    if (!n || *n == 0 || *n > std::numeric_limits<std::uint32_t>::max())
+    if (!n || *n == 0 || *n > default_max_message)
         throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
-                                    " is not a size in bytes from 1 to 4294967295 (the largest "
-                                    "payload a frame can carry); set the same value on every PE");
-    return static_cast<std::uint32_t>(*n);
+                                    " is not a size in bytes from 1 to 2147483647 (the largest "
+                                    "Converse message); set the same value on every PE");
+    return *n;
 }
 
 const char* to_string(connection_state s) noexcept {
@@ -83,8 +83,9 @@ const char* to_string(connection_state s) noexcept {
 }
 
 struct mesh::connection {
-    connection(std::uint32_t p, std::string n, std::unique_ptr<stream> st, frame_reader r)
-        : pe(p), name(std::move(n)), s(std::move(st)), reader(std::move(r)) {}
+    connection(mesh* m, std::uint32_t p, std::string n, std::unique_ptr<stream> st, frame_reader r)
+        : owner(m), pe(p), name(std::move(n)), s(std::move(st)), reader(std::move(r)) {}
+    mesh* owner;
     std::uint32_t pe;
     std::string name;  // "PE 3 (127.0.0.1:40123)"
     std::unique_ptr<stream> s;
@@ -95,6 +96,7 @@ struct mesh::connection {
     event wake;         // the writer waits here for queued frames
     event bye;          // the peer's disconnect frame arrived (or the peer failed)
     event reader_done;  // the reader saw the end of the stream or stopped
+    event writer_done;  // the writer has ended
     bool writer_closing = false;
     bool failed = false;
 };
@@ -122,6 +124,7 @@ mesh::mesh(backend& b, std::unique_ptr<listener> l, mesh_config cfg)
                                     std::to_string(_cfg.peers.size()) +
                                     " peer addresses: need rank < num_pes and one address per PE");
     _limits.max_payload = _cfg.max_payload;
+    _limits.max_message = _cfg.max_message;
     _limits.num_pes = _cfg.num_pes;
     _conns.resize(_cfg.num_pes);
 }
@@ -374,16 +377,31 @@ task<void> mesh::dial(std::uint32_t pe) {
 void mesh::attach(std::uint32_t pe, std::unique_ptr<stream> s, frame_reader reader,
                   std::vector<frame> early) {
     std::string name = "PE " + std::to_string(pe) + " (" + s->peer_name() + ")";
-    _conns[pe] = std::make_unique<connection>(pe, std::move(name), std::move(s), std::move(reader));
+    _conns[pe] =
+        std::make_unique<connection>(this, pe, std::move(name), std::move(s), std::move(reader));
     _conns[pe]->early = std::move(early);
+    _conns[pe]->reader.set_placement(payload_placement{&mesh::place_payload, _conns[pe].get()});
+}
+
+std::byte* mesh::place_payload(void* conn, const frame_header& h) noexcept {
+    auto* c = static_cast<connection*>(conn);
+    // A frame claiming another source is failed in deliver(); it never lands in memory.
+    if (!c->owner->_hook || h.source_pe != c->pe) return nullptr;
+    return c->owner->_hook->place(c->pe, h);
 }
 
 // ---- data path ---------------------------------------------------------------------------
 
+// Connected, or disconnecting while the peer's disconnect has not arrived (we still answer).
+bool mesh::writable(const connection* c) noexcept {
+    return c && !c->failed && !c->writer_closing &&
+           (c->st == connection_state::connected || c->st == connection_state::disconnecting);
+}
+
 task<int> mesh::send(std::uint32_t pe, frame_header header, std::span<const std::byte> payload) {
     if (pe >= _conns.size() || pe == _cfg.rank) co_return -EINVAL;
     connection* c = _conns[pe].get();
-    if (!c || c->st != connection_state::connected) co_return -ENOTCONN;
+    if (!writable(c)) co_return -ENOTCONN;
     if (payload.size() > _cfg.max_payload) co_return -EMSGSIZE;
     co_return co_await transmit(c, header, payload);
 }
@@ -405,7 +423,7 @@ int mesh::post(std::uint32_t pe, const frame_header& header, std::span<const std
                sent_callback on_sent, void* ctx) {
     if (pe >= _conns.size() || pe == _cfg.rank) return -EINVAL;
     connection* c = _conns[pe].get();
-    if (!c || c->st != connection_state::connected) return -ENOTCONN;
+    if (!writable(c)) return -ENOTCONN;
     if (payload.size() > _cfg.max_payload) return -EMSGSIZE;
     std::unique_ptr<outgoing> o;
     if (_spare.empty()) {
@@ -445,7 +463,10 @@ task<void> mesh::writer(connection* c) {
     std::vector<std::span<const std::byte>> parts;
     for (;;) {
         while (c->queue.empty()) {
-            if (c->writer_closing || c->failed) co_return;
+            if (c->writer_closing || c->failed) {
+                c->writer_done.set();
+                co_return;
+            }
             c->wake.reset();
             co_await c->wake.wait();
         }
@@ -470,6 +491,7 @@ task<void> mesh::writer(connection* c) {
             if (!(r == -ECANCELED && c->writer_closing))
                 fail(c, "sending to " + c->name + " failed: " + errno_text(r) +
                             (r == -EPIPE || r == -ECONNRESET ? " (the PE probably died)" : ""));
+            c->writer_done.set();
             co_return;
         }
     }
@@ -529,6 +551,7 @@ void mesh::deliver(connection* c, frame f) {
         wake_receiver();  // a receive() draining the inbox may now end with nullopt
         return;
     }
+    if (_hook && _hook->take(c->pe, f)) return;
     _inbox.push_back(received{c->pe, std::move(f)});
     wake_receiver();
 }
@@ -592,9 +615,14 @@ task<void> mesh::disconnect(connection* c) {
     const auto body = encode(disconnect_payload{});
     frame_header h;
     h.type = frame_type::disconnect;
-    c->writer_closing = true;  // the writer ends once this last frame is out
     if (co_await transmit(c, h, body) < 0) co_return;  // fail() reported it
     co_await c->bye.wait();  // everything the peer sent has been delivered
+    // The peer starts nothing new either: what we still had to answer is queued. The writer
+    // ends once that is out.
+    c->writer_closing = true;
+    c->wake.set();
+    co_await c->writer_done.wait();
+    if (c->failed) co_return;
     c->s->shutdown_send();
     co_await c->reader_done.wait();  // the peer half-closed too
     if (!c->failed) c->st = connection_state::disconnected;

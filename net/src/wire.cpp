@@ -25,6 +25,14 @@ constexpr std::size_t address = 0, key = 8, size = 16, handle = 24, reserved = 2
 static_assert(key == address + 8 && size == key + 8 && handle == size + 8 &&
               reserved == handle + 4 && publish_payload::wire_size == reserved + 4);
 }  // namespace publish_off
+namespace rma_off {
+constexpr std::size_t address = 0, key = 8, size = 16, id = 24, reserved = 28;
+static_assert(key == address + 8 && size == key + 8 && id == size + 8 && reserved == id + 4 &&
+              rma_request_payload::wire_size == reserved + 4);
+constexpr std::size_t c_id = 0, c_op = 4, c_status = 8, c_reserved = 12;
+static_assert(c_op == c_id + 4 && c_status == c_op + 4 && c_reserved == c_status + 4 &&
+              rma_complete_payload::wire_size == c_reserved + 4);
+}  // namespace rma_off
 namespace get_done_off {
 constexpr std::size_t handle = 0, status = 4;
 static_assert(status == handle + 4 && get_done_payload::wire_size == status + 4);
@@ -137,6 +145,16 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "register_node";
         case frame_type::node_table:
             return "node_table";
+        case frame_type::rma_get_request:
+            return "rma_get_request";
+        case frame_type::rma_get_reply:
+            return "rma_get_reply";
+        case frame_type::rma_put_request:
+            return "rma_put_request";
+        case frame_type::rma_put_data:
+            return "rma_put_data";
+        case frame_type::rma_complete:
+            return "rma_complete";
         case frame_type::state_request:
             return "state_request";
         case frame_type::state_reply:
@@ -145,18 +163,17 @@ std::string_view frame_type_name(frame_type type) noexcept {
     return "unknown";
 }
 
-bool known_frame_type(std::uint8_t raw) noexcept {
-    return raw >= first_frame_type && raw <= last_frame_type &&
-           frame_type_name(static_cast<frame_type>(raw)) != "unknown";
-}
-
 std::uint16_t allowed_flags(frame_type type) noexcept {
-    return type == frame_type::standard ? frame_flags::broadcast : std::uint16_t{0};
+    return type == frame_type::standard || type == frame_type::publish ? frame_flags::broadcast
+                                                                       : std::uint16_t{0};
 }
 
 bool uses_tag(frame_type type) noexcept {
     switch (type) {
         case frame_type::standard:  // only with frame_flags::broadcast; checked in decode_header
+        case frame_type::publish:   // likewise
+        case frame_type::rma_get_reply:
+        case frame_type::rma_put_data:
         case frame_type::latency_vector_request:
         case frame_type::latency_vector_reply:
         case frame_type::scan:
@@ -209,6 +226,11 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::exact, publish_payload::wire_size};
         case frame_type::get_done:
             return {k::exact, get_done_payload::wire_size};
+        case frame_type::rma_get_request:
+        case frame_type::rma_put_request:
+            return {k::exact, rma_request_payload::wire_size};
+        case frame_type::rma_complete:
+            return {k::exact, rma_complete_payload::wire_size};
         case frame_type::hello:
             return {k::exact, hello_payload::wire_size};
         case frame_type::disconnect:
@@ -247,7 +269,7 @@ decoded<frame_header> decode_header(std::span<const std::byte> bytes,
         return r;
     }
     const auto raw_type = get8(header_field::type);
-    if (!known_frame_type(raw_type)) {
+    if (raw_type < first_frame_type || raw_type > last_frame_type) {
         r.error = fail(decode_status::unknown_type, {}, "type", raw_type, last_frame_type);
         return r;
     }
@@ -287,13 +309,14 @@ decoded<frame_header> decode_header(std::span<const std::byte> bytes,
                        h.payload_length, rule.length);
         return r;
     }
-    if (h.type == frame_type::standard && (h.flags & frame_flags::broadcast) != 0) {
+    const bool tree = h.type == frame_type::standard || h.type == frame_type::publish;
+    if (tree && (h.flags & frame_flags::broadcast) != 0) {
         if (h.tag >= limits.num_pes) {
             r.error = fail(decode_status::broadcast_root_out_of_range, h.type, "tag", h.tag,
                            limits.num_pes);
             return r;
         }
-    } else if (h.tag != 0 && (!uses_tag(h.type) || h.type == frame_type::standard)) {
+    } else if (h.tag != 0 && (!uses_tag(h.type) || tree)) {
         r.error = fail(decode_status::reserved_bits_set, h.type, "tag", h.tag, 0);
         return r;
     }
@@ -322,6 +345,11 @@ decode_error validate_payload(const frame_header& header, std::span<const std::b
             return decode_publish(payload, limits).error;
         case frame_type::get_done:
             return decode_get_done(payload, limits).error;
+        case frame_type::rma_get_request:
+        case frame_type::rma_put_request:
+            return decode_rma_request(payload, header.type).error;
+        case frame_type::rma_complete:
+            return decode_rma_complete(payload).error;
         case frame_type::credit:
             return decode_credit(payload, limits).error;
         case frame_type::barrier:
@@ -416,10 +444,67 @@ decoded<publish_payload> decode_publish(std::span<const std::byte> b,
     if (reserved != 0) {
         r.error = fail(decode_status::reserved_bits_set, frame_type::publish, "publish.reserved",
                        reserved);
-    } else if (r.value.size == 0 || r.value.size > limits.max_payload) {
-        // The receiver allocates `size` bytes before the get: the same cap as a stream frame.
+    } else if (r.value.size == 0 || r.value.size > limits.max_message) {
+        // The receiver allocates `size` bytes before the get: MAX_MESSAGE bounds that.
         r.error = fail(decode_status::invalid_field, frame_type::publish, "publish.size",
-                       r.value.size, limits.max_payload);
+                       r.value.size, limits.max_message);
+    }
+    return r;
+}
+
+std::array<std::byte, rma_request_payload::wire_size> encode(
+    const rma_request_payload& v) noexcept {
+    std::array<std::byte, rma_request_payload::wire_size> out{};
+    store_le<std::uint64_t>(out.data() + rma_off::address, v.address);
+    store_le<std::uint64_t>(out.data() + rma_off::key, v.key);
+    store_le<std::uint64_t>(out.data() + rma_off::size, v.size);
+    store_le<std::uint32_t>(out.data() + rma_off::id, v.id);
+    return out;
+}
+
+decoded<rma_request_payload> decode_rma_request(std::span<const std::byte> b,
+                                                frame_type type) noexcept {
+    decoded<rma_request_payload> r;
+    if ((r.error = check_exact(b, rma_request_payload::wire_size, type))) return r;
+    const std::byte* p = b.data();
+    r.value.address = load_le<std::uint64_t>(p + rma_off::address);
+    r.value.key = load_le<std::uint64_t>(p + rma_off::key);
+    r.value.size = load_le<std::uint64_t>(p + rma_off::size);
+    r.value.id = load_le<std::uint32_t>(p + rma_off::id);
+    if (const auto reserved = load_le<std::uint32_t>(p + rma_off::reserved); reserved != 0)
+        r.error = fail(decode_status::reserved_bits_set, type, "rma_request.reserved", reserved);
+    else if (r.value.size == 0)
+        r.error = fail(decode_status::invalid_field, type, "rma_request.size", 0, 1);
+    return r;
+}
+
+std::array<std::byte, rma_complete_payload::wire_size> encode(
+    const rma_complete_payload& v) noexcept {
+    std::array<std::byte, rma_complete_payload::wire_size> out{};
+    store_le<std::uint32_t>(out.data() + rma_off::c_id, v.id);
+    store_le<std::uint32_t>(out.data() + rma_off::c_op, static_cast<std::uint32_t>(v.op));
+    store_le<std::uint32_t>(out.data() + rma_off::c_status, static_cast<std::uint32_t>(v.status));
+    return out;
+}
+
+decoded<rma_complete_payload> decode_rma_complete(std::span<const std::byte> b) noexcept {
+    decoded<rma_complete_payload> r;
+    constexpr auto type = frame_type::rma_complete;
+    if ((r.error = check_exact(b, rma_complete_payload::wire_size, type))) return r;
+    const std::byte* p = b.data();
+    r.value.id = load_le<std::uint32_t>(p + rma_off::c_id);
+    const auto op = load_le<std::uint32_t>(p + rma_off::c_op);
+    const auto status = load_le<std::uint32_t>(p + rma_off::c_status);
+    const auto reserved = load_le<std::uint32_t>(p + rma_off::c_reserved);
+    if (reserved != 0) {
+        r.error = fail(decode_status::reserved_bits_set, type, "rma_complete.reserved", reserved);
+    } else if (op < 1 || op > 2) {
+        r.error = fail(decode_status::invalid_field, type, "rma_complete.op", op, 2);
+    } else if (status > 1) {
+        r.error = fail(decode_status::invalid_field, type, "rma_complete.status", status, 1);
+    } else {
+        r.value.op = static_cast<rma_op>(op);
+        r.value.status = static_cast<rma_status>(status);
     }
     return r;
 }
@@ -872,6 +957,9 @@ const char* field_rule(std::string_view field) {
         {"hello.rank", "the job has %llu PEs"},
         {"hello.rank/source_pe", "the frame's source PE is %llu"},
         {"publish.size", "must be 1..%llu (COVERSE_MAX_MESSAGE)"},
+        {"rma_request.size", "must be at least %llu byte"},
+        {"rma_complete.op", "must be 1 (get) or %llu (put)"},
+        {"rma_complete.status", "must be 0 (ok) or %llu (refused)"},
         {"persistent_request.max_size", "must be 1..%llu (COVERSE_MAX_MESSAGE)"},
         {"get_done.status", "known: 0 ok, 1 failed"},
         {"credit.count", "must be at least 1"},
@@ -949,11 +1037,10 @@ std::string describe(const decode_error& e, std::string_view peer) {
             fix = "the peer belongs to another job or has a stale node table";
             break;
         case decode_status::payload_too_long:
-            what = format("payload length %llu exceeds the maximum %llu (COVERSE_MAX_MESSAGE)", v,
-                          lim);
+            what = format("payload length %llu exceeds the frame maximum %llu", v, lim);
             fix =
-                "set COVERSE_MAX_MESSAGE to the same, larger value on every PE if such messages "
-                "are intended";
+                "no coverse sends frames that long (larger messages go by rendezvous): the peer "
+                "runs an incompatible coverse or the stream is corrupt";
             break;
         case decode_status::payload_length_mismatch: {
             const bool at_least =
@@ -980,7 +1067,7 @@ std::string describe(const decode_error& e, std::string_view peer) {
         case decode_status::payload_allocation_failed:
             what = format("could not allocate %llu bytes for a payload of frame type %s", v,
                           type_label(e).c_str());
-            fix = "lower COVERSE_MAX_MESSAGE or give the process more memory";
+            fix = "give the process more memory (ulimit -v, the container's limit)";
             break;
     }
     std::string out = "frame from ";

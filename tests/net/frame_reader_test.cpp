@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -255,9 +256,10 @@ TEST(frame_reader, oversized_length_fails_before_allocating) {
     EXPECT_TRUE(reader.failed());
     EXPECT_EQ(reader.error().status, decode_status::payload_too_long);
     EXPECT_EQ(describe(reader.error(), "PE 1 (127.0.0.1:40000)"),
-              "frame from PE 1 (127.0.0.1:40000): payload length 4294967295 exceeds the maximum "
-              "1024 (COVERSE_MAX_MESSAGE); set COVERSE_MAX_MESSAGE to the same, larger value on "
-              "every PE if such messages are intended; closing the connection");
+              "frame from PE 1 (127.0.0.1:40000): payload length 4294967295 exceeds the frame "
+              "maximum 1024; no coverse sends frames that long (larger messages go by "
+              "rendezvous): the peer runs an incompatible coverse or the stream is corrupt; "
+              "closing the connection");
 }
 
 TEST(frame_reader, random_garbage_never_yields_a_frame_after_an_error) {
@@ -294,6 +296,46 @@ TEST(frame_reader, random_garbage_never_yields_a_frame_after_an_error) {
             pos += len;
         }
     }
+}
+
+// One-sided data lands where its owner says (rdma/'s tcp provider): the bytes go straight
+// into the destination, the frame does not own them, and frames the owner does not place
+// are allocated as before.
+TEST(frame_reader, placed_payloads_land_in_the_owners_buffer) {
+    std::vector<std::byte> dest(10, std::byte{0});
+    struct owner {
+        std::byte* at;
+        int calls = 0;
+    } o{dest.data() + 3};
+    frame_reader reader(decode_limits{1024, 4, false});
+    reader.set_placement(
+        payload_placement{[](void* ctx, const frame_header& h) noexcept -> std::byte* {
+                              auto* self = static_cast<owner*>(ctx);
+                              ++self->calls;
+                              return h.type == frame_type::rma_get_reply ? self->at : nullptr;
+                          },
+                          &o});
+    std::vector<std::byte> wire;
+    const auto append = [&](frame_type type, std::uint32_t tag, std::string_view body) {
+        const auto h = encode_header({type, 0, 1, static_cast<std::uint32_t>(body.size()), 0, tag});
+        wire.insert(wire.end(), h.begin(), h.end());
+        for (char ch : body)
+            wire.push_back(static_cast<std::byte>(ch));
+    };
+    append(frame_type::rma_get_reply, 7, "abcd");
+    append(frame_type::standard, 0, "xyz");
+    std::vector<frame> got;
+    EXPECT_EQ(reader.feed_all(wire, [&](frame&& f) { got.push_back(std::move(f)); }),
+              decode_status::ok);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(o.calls, 2);
+    EXPECT_EQ(got[0].payload.get(), dest.data() + 3);
+    EXPECT_EQ(std::memcmp(dest.data() + 3, "abcd", 4), 0);
+    EXPECT_EQ(dest[2], std::byte{0});
+    EXPECT_EQ(dest[7], std::byte{0});
+    EXPECT_NE(got[1].payload.get(), dest.data() + 3);
+    EXPECT_EQ(std::memcmp(got[1].payload.get(), "xyz", 3), 0);
+    got.clear();  // the placed frame's deleter must not free dest (ASan would say so)
 }
 
 }  // namespace

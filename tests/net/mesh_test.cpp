@@ -557,18 +557,21 @@ TEST(mesh_config_test, connection_timeout_comes_from_the_environment) {
 }
 
 // The error texts told users to set COVERSE_MAX_MESSAGE, but nothing read it: mesh_config
-// always used the 64 MiB default.
+// always used the 64 MiB default. MAX_MESSAGE now bounds rendezvous offers (what a peer may
+// ask us to allocate); a frame stays bounded by default_max_payload.
 TEST(mesh_config_test, max_message_comes_from_the_settings) {
     ::unsetenv("COVERSE_MAX_MESSAGE");
     ::unsetenv("CMI_VMI_MAX_MESSAGE");
     ::unsetenv("MAX_MESSAGE");
+    EXPECT_EQ(mesh_config{}.max_message, default_max_message);
     EXPECT_EQ(mesh_config{}.max_payload, default_max_payload);
     ::setenv("COVERSE_MAX_MESSAGE", "1024", 1);
-    EXPECT_EQ(mesh_config{}.max_payload, 1024u);
+    EXPECT_EQ(mesh_config{}.max_message, 1024u);
+    EXPECT_EQ(mesh_config{}.max_payload, default_max_payload);
     alloc::set_command_line_setting("MAX_MESSAGE", "2048");  // ++set wins over the environment
     EXPECT_EQ(max_message_from_env(), 2048u);
     alloc::clear_command_line_settings();
-    for (const char* bad : {"0", "4294967296", "64M"}) {
+    for (const char* bad : {"0", "2147483648", "64M"}) {
         ::setenv("COVERSE_MAX_MESSAGE", bad, 1);
         try {
             (void)max_message_from_env();

@@ -20,6 +20,18 @@ struct payload_allocator {
     void (*release)(void* p) noexcept = nullptr;
 };
 
+/// Where the owner wants a frame's payload to land instead (one-sided data straight into the
+/// requester's buffer): called with each validated header that has a payload; returns the
+/// destination of header.payload_length bytes, or null for an ordinary allocated payload.
+/// A placed payload is not owned by the frame (its deleter does nothing).
+struct payload_placement {
+    std::byte* (*place)(void* ctx, const frame_header& header) noexcept = nullptr;
+    void* ctx = nullptr;
+};
+
+/// The release function of placed payloads: the memory belongs to whoever placed it.
+inline void keep_placed_payload(void*) noexcept {}
+
 /// Frees a payload the way it was allocated.
 struct payload_deleter {
     void (*release)(void* p) noexcept = nullptr;
@@ -100,6 +112,9 @@ public:
 
     [[nodiscard]] const decode_limits& limits() const noexcept { return _limits; }
 
+    /// Payloads from now on may be placed (see payload_placement).
+    void set_placement(payload_placement p) noexcept { _place = p; }
+
 private:
     enum class stage : std::uint8_t { header, payload, ready, failed };
 
@@ -109,6 +124,7 @@ private:
 
     decode_limits _limits;
     payload_allocator _alloc;
+    payload_placement _place;
     stage _stage = stage::header;
     std::array<std::byte, header_size> _header_bytes{};
     std::size_t _header_filled = 0;

@@ -44,10 +44,25 @@ const char* to_string(connection_state s) noexcept;
 /// that is not a positive number of seconds is an error naming the variable.
 std::chrono::milliseconds connection_timeout_from_env();
 
-/// The MAX_MESSAGE setting: the largest payload this PE sends or accepts, default_max_payload
-/// (64 MiB) unless set. A value that is not a whole number of bytes from 1 to 4294967295 is
-/// an error naming the variable.
-std::uint32_t max_message_from_env();
+/// The MAX_MESSAGE setting: the largest message a peer may ask this PE to allocate (a
+/// rendezvous offer), default_max_message unless set. A value that is not a whole number of
+/// bytes from 1 to 2147483647 is an error naming the variable.
+std::uint64_t max_message_from_env();
+
+/// The layer above the mesh (rdma/) sees every frame first, inside the connection's reader:
+/// it may place a payload where it belongs (one-sided data lands in the requester's buffer,
+/// no staging copy) and take frames for itself, so they never queue in the inbox. Frames of
+/// one connection reach it in order.
+class frame_hook {
+public:
+    /// Where the payload of this validated header from `pe` goes; null: allocate it.
+    virtual std::byte* place(std::uint32_t pe, const frame_header& header) noexcept = 0;
+    /// A complete frame from `pe`; true when the hook took it (it does not reach receive()).
+    virtual bool take(std::uint32_t pe, frame& f) = 0;
+
+protected:
+    ~frame_hook() = default;
+};
 
 struct mesh_config {
     std::uint32_t rank = 0;
@@ -61,9 +76,11 @@ struct mesh_config {
     std::chrono::milliseconds connect_timeout = connection_timeout_from_env();
     std::chrono::milliseconds retry_initial{5};
     std::chrono::milliseconds retry_max{250};
-    /// MAX_MESSAGE: frames with a longer payload are refused (sending: -EMSGSIZE;
-    /// receiving: the peer's connection is closed with an error naming the setting).
-    std::uint32_t max_payload = max_message_from_env();
+    /// Frames with a longer payload are refused (sending: -EMSGSIZE; receiving: the peer's
+    /// connection is closed with an error). Messages larger than a frame go by rendezvous.
+    std::uint32_t max_payload = default_max_payload;
+    /// MAX_MESSAGE: the largest rendezvous offer (publish.size) accepted from a peer.
+    std::uint64_t max_message = max_message_from_env();
     /// Where received payloads are allocated (default new[]).
     payload_allocator payload_alloc;
     /// The protocol version our hello announces (tests change it to prove refusal).
@@ -116,6 +133,9 @@ public:
     /// The disconnect handshake with every connected peer: our disconnect frame goes out
     /// behind all queued data, we wait for the peer's (everything it sent arrives first),
     /// both sides half-close, then close. Frames received meanwhile stay in the inbox.
+    /// Between our disconnect and the peer's, post() and send() still work: our disconnect
+    /// says we start nothing new, yet we still answer what the peer started (get-done,
+    /// one-sided replies), since it may only finish its sends once we have.
     /// Throws mesh_error naming peers that did not complete it within connect_timeout.
     task<void> shutdown();
 
@@ -124,6 +144,9 @@ public:
     void on_peer_failure(std::function<void(std::uint32_t pe, const std::string& why)> fn) {
         _on_failure = std::move(fn);
     }
+
+    /// Installs the hook every frame passes first (see frame_hook); before establish().
+    void set_frame_hook(frame_hook* hook) noexcept { _hook = hook; }
 
     connection_state state(std::uint32_t pe) const;
     const mesh_config& config() const noexcept { return _cfg; }
@@ -182,6 +205,10 @@ private:
     std::vector<std::unique_ptr<connection>> _conns;  // by PE; null for ourselves
     std::string _establish_error;                     // first set-up failure
     task_scope _tasks{"mesh"};
+
+    static std::byte* place_payload(void* connection, const frame_header& h) noexcept;
+    static bool writable(const connection* c) noexcept;
+    frame_hook* _hook = nullptr;
 
     std::deque<received> _inbox;
     std::coroutine_handle<> _receiver;

@@ -28,8 +28,12 @@ inline constexpr std::uint32_t protocol_revision = 1;
 
 /// Source PE used by the launcher (coverse-run) on its connections to the PEs.
 inline constexpr std::uint32_t launcher_pe = 0xFFFF'FFFF;
-/// Default cap on a payload: 64 MiB, overridden by COVERSE_MAX_MESSAGE.
+/// Cap on one frame's payload: 64 MiB. Messages above MEDIUM_MESSAGE_BOUNDARY never travel
+/// as one frame (rendezvous moves them), so this bounds frames, not messages.
 inline constexpr std::uint32_t default_max_payload = 64u << 20;
+/// Default cap on a message a peer may ask us to allocate (a publish offer's size): the
+/// largest Converse message (an int), overridden by COVERSE_MAX_MESSAGE.
+inline constexpr std::uint64_t default_max_message = 0x7FFF'FFFFu;
 
 /// Where one header field sits in the 24 wire bytes.
 struct wire_field {
@@ -98,21 +102,25 @@ enum class frame_type : std::uint8_t {
                           // input); tag = request id
     register_node = 17,   // register_node_payload prefix + IP text (PE -> launcher)
     node_table = 18,      // node_table prefix + records or refusal text (launcher -> PE)
-    // 19..23: reserved for the one-sided memory frames (rdma/).
-    state_request = 24,  // state_request_payload (launcher -> PE, doctor channel); tag = id
-    state_reply = 25,    // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
+    // One-sided memory emulated over a connection (rdma/'s tcp provider). Data frames carry
+    // the request id in `tag` and arrive in order, so each lands right after the last.
+    rma_get_request = 19,  // rma_request_payload: send me [address, address + size) of `key`
+    rma_get_reply = 20,    // bytes of the get `tag` (the requester's id), in order
+    rma_put_request = 21,  // rma_request_payload: the rma_put_data frames `id` go to address
+    rma_put_data = 22,     // bytes of the put `tag` (the requester's id), in order
+    rma_complete = 23,     // rma_complete_payload: a put landed, or a request was refused
+    state_request = 24,    // state_request_payload (launcher -> PE, doctor channel); tag = id
+    state_reply = 25,      // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
 };
 inline constexpr std::uint8_t first_frame_type = 1;
 inline constexpr std::uint8_t last_frame_type = 25;
-/// Whether `raw` names a frame type of this build (the range has reserved gaps).
-[[nodiscard]] bool known_frame_type(std::uint8_t raw) noexcept;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
 
 /// Header flag bits. A bit not allowed for the frame's type is rejected as reserved.
 namespace frame_flags {
-/// standard only: the frame is part of a spanning-tree broadcast; `tag` is the root PE.
+/// standard and publish: the frame is part of a spanning-tree broadcast; `tag` is the root PE.
 inline constexpr std::uint16_t broadcast = 0x0001;
 /// Reserved for a later revision: a header extension leads the payload. Rejected by
 /// revision 1 decoders, so it can only be sent to peers whose hello advertises support.
@@ -146,9 +154,10 @@ void encode_header(const frame_header& header, std::span<std::byte, header_size>
 
 /// What the decoder configured for one connection accepts.
 struct decode_limits {
-    std::uint32_t max_payload = default_max_payload;  // COVERSE_MAX_MESSAGE
+    std::uint32_t max_payload = default_max_payload;  // one frame's payload
     std::uint32_t num_pes = 1;                        // valid source PEs are [0, num_pes)
     bool accept_launcher = false;                     // also accept source launcher_pe
+    std::uint64_t max_message = default_max_message;  // publish sizes (COVERSE_MAX_MESSAGE)
 };
 
 enum class decode_status : std::uint8_t {
@@ -239,6 +248,32 @@ struct publish_payload {
                                 // @28 u32 reserved
     static constexpr std::size_t wire_size = 32;
     friend bool operator==(const publish_payload&, const publish_payload&) = default;
+};
+
+/// rma_get_request / rma_put_request: one emulated one-sided operation on the target's
+/// registered memory. Same layout as publish.
+struct rma_request_payload {
+    std::uint64_t address = 0;  // @0  u64: the target's virtual address
+    std::uint64_t key = 0;      // @8  u64: the target's registration key (checked there)
+    std::uint64_t size = 0;     // @16 u64: bytes, >= 1
+    std::uint32_t id = 0;       // @24 u32: the requester's id; data frames carry it in `tag`
+                                // @28 u32 reserved
+    static constexpr std::size_t wire_size = 32;
+    friend bool operator==(const rma_request_payload&, const rma_request_payload&) = default;
+};
+
+enum class rma_op : std::uint32_t { get = 1, put = 2 };
+enum class rma_status : std::uint32_t { ok = 0, refused = 1 };
+
+/// rma_complete: the target's word on a request: a put's bytes are in place (ok), or the
+/// request named memory the target has not registered (refused; no data follows).
+struct rma_complete_payload {
+    std::uint32_t id = 0;                // @0  u32: the request's id
+    rma_op op = rma_op::get;             // @4  u32
+    rma_status status = rma_status::ok;  // @8  u32
+                                         // @12 u32 reserved
+    static constexpr std::size_t wire_size = 16;
+    friend bool operator==(const rma_complete_payload&, const rma_complete_payload&) = default;
 };
 
 enum class get_status : std::uint32_t { ok = 0, failed = 1 };
@@ -355,6 +390,10 @@ struct node_table_payload {
     const publish_payload& p) noexcept;
 [[nodiscard]] std::array<std::byte, get_done_payload::wire_size> encode(
     const get_done_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, rma_request_payload::wire_size> encode(
+    const rma_request_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, rma_complete_payload::wire_size> encode(
+    const rma_complete_payload& p) noexcept;
 [[nodiscard]] std::array<std::byte, credit_payload::wire_size> encode(
     const credit_payload& p) noexcept;
 [[nodiscard]] std::array<std::byte, barrier_payload::wire_size> encode(
@@ -383,6 +422,11 @@ struct node_table_payload {
                                                       const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<get_done_payload> decode_get_done(std::span<const std::byte> bytes,
                                                         const decode_limits& limits) noexcept;
+/// `type` is rma_get_request or rma_put_request (for the error's frame type).
+[[nodiscard]] decoded<rma_request_payload> decode_rma_request(std::span<const std::byte> bytes,
+                                                              frame_type type) noexcept;
+[[nodiscard]] decoded<rma_complete_payload> decode_rma_complete(
+    std::span<const std::byte> bytes) noexcept;
 [[nodiscard]] decoded<credit_payload> decode_credit(std::span<const std::byte> bytes,
                                                     const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<barrier_payload> decode_barrier(std::span<const std::byte> bytes,
