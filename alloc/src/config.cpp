@@ -69,6 +69,7 @@ override_table& overrides() {
 // Applies a new config to the parts that read it on their fast paths. Called with the lock held.
 void publish(const alloc_config& config) {
     detail::set_leak_tracking(config.leak_report);
+    detail::set_large_cache_limit(config.large_cache_bytes);
 }
 
 }  // namespace
@@ -136,6 +137,10 @@ alloc_config alloc_config::from_environment() {
     read_count("MEMORY_POOL_PREALLOCATE", config.pool_preallocate, 0);
     read_count("MEMORY_POOL_GROW", config.pool_grow, 1);
     read_switch("LEAK_REPORT", config.leak_report);
+    if (auto found = env_setting("LARGE_CACHE"); found && found->value == "off")
+        config.large_cache_bytes = 0;
+    else
+        read_count("LARGE_CACHE", config.large_cache_bytes, 0);
     return config;
 }
 

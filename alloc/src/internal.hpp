@@ -50,6 +50,7 @@ inline void unpoison(void* address, std::size_t length) noexcept {
 // is one relaxed byte load rather than a call.
 extern std::atomic<int> leak_tracking_state;
 void set_leak_tracking(bool on);  // config.cpp, with the config lock held
+void set_large_cache_limit(std::size_t bytes) noexcept;  // likewise (message.cpp)
 bool leak_tracking_enabled() noexcept;
 
 class pool;

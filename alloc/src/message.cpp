@@ -20,6 +20,8 @@ namespace detail {
 
 constinit std::atomic<int> leak_tracking_state{-1};
 
+void set_large_cache_limit(std::size_t bytes) noexcept;
+
 bool leak_tracking_enabled() noexcept {
     int state = leak_tracking_state.load(std::memory_order_relaxed);
     if (state < 0) {
@@ -144,6 +146,81 @@ system_tracker& tracker() {
     return *t;
 }
 
+// Freed large blocks kept for reuse (LARGE_CACHE bytes at most). A large message freed to
+// malloc comes back as fresh pages the next time (mmap'd, or the heap trimmed), and faulting
+// in 1 MiB costs more than copying it. Blocks are allocated at their size class (four
+// classes per power of two from 32 KiB to 64 MiB, at most 25% slack), so a cached block
+// serves any request of its class. They stay ours while cached: registrations of them stay
+// valid, and the release listeners hear of a block only when it really goes back.
+class large_block_cache {
+public:
+    static constexpr std::size_t smallest = std::size_t{32} << 10;
+    static constexpr std::size_t largest = std::size_t{64} << 20;
+    static constexpr int classes = 4 * 12;
+
+    // The class of a block of `storage` bytes, or -1 when it is not cached.
+    static int class_of(std::size_t storage) noexcept {
+        if (storage <= smallest / 2 || storage > largest) return -1;
+        int k = 0;
+        while ((std::size_t{1} << (k + 1)) < storage)
+            ++k;  // 2^k < storage <= 2^(k+1)
+        const std::size_t quarter = std::size_t{1} << (k - 2);
+        const std::size_t steps = (storage - (std::size_t{1} << k) + quarter - 1) / quarter;
+        return (k - 14) * 4 + static_cast<int>(steps) - 1;
+    }
+    static std::size_t class_bytes(int c) noexcept {
+        const int k = c / 4 + 14;
+        return (std::size_t{1} << k) +
+               static_cast<std::size_t>(c % 4 + 1) * (std::size_t{1} << (k - 2));
+    }
+
+    void* take(int c) noexcept {
+        if (_limit.load(std::memory_order_relaxed) == 0) return nullptr;
+        std::lock_guard lock(_mutex);
+        auto& list = _free[c];
+        if (list.empty()) return nullptr;
+        void* b = list.back();
+        list.pop_back();
+        _bytes -= class_bytes(c);
+        return b;
+    }
+    // True when the cache kept the block.
+    bool give(void* storage, int c) noexcept {
+        const std::size_t limit = _limit.load(std::memory_order_relaxed);
+        const std::size_t bytes = class_bytes(c);
+        std::lock_guard lock(_mutex);
+        if (_bytes + bytes > limit) return false;
+        try {
+            _free[c].push_back(storage);
+        } catch (const std::bad_alloc&) {
+            return false;
+        }
+        _bytes += bytes;
+        return true;
+    }
+    void set_limit(std::size_t bytes) noexcept { _limit.store(bytes, std::memory_order_relaxed); }
+
+private:
+    std::mutex _mutex;
+    std::vector<void*> _free[classes];
+    std::size_t _bytes = 0;
+    std::atomic<std::size_t> _limit{std::size_t{256} << 20};
+};
+
+// Never destroyed: a late free may still reach it. Its blocks go with the process.
+large_block_cache& large_cache() {
+    static auto* c = new large_block_cache;
+    return *c;
+}
+
+}  // namespace
+
+void set_large_cache_limit(std::size_t bytes) noexcept {
+    large_cache().set_limit(bytes);
+}
+
+namespace {
+
 void system_owner::take_back(void* storage, std::size_t size) noexcept {
     count_system(-1, -static_cast<std::int64_t>(size));
     if (tracker_used.load(std::memory_order_relaxed)) {
@@ -151,8 +228,14 @@ void system_owner::take_back(void* storage, std::size_t size) noexcept {
         std::lock_guard lock(t.mutex);
         t.live.erase(static_cast<const chunk_header*>(storage));
     }
+    const std::size_t storage_bytes = message_storage_size(size);
+    const int c = large_block_cache::class_of(storage_bytes);
+    if (c >= 0 && large_cache().give(storage, c)) {
+        poison(storage, large_block_cache::class_bytes(c));
+        return;
+    }
     // Before free(): once the address can be handed out again, no cache may still map it.
-    announce_release(storage, message_storage_size(size));
+    announce_release(storage, c >= 0 ? large_block_cache::class_bytes(c) : storage_bytes);
     std::free(storage);
 }
 
@@ -160,7 +243,15 @@ void* system_allocate(std::size_t size, const void* site, std::uint32_t canary) 
     if (size > SIZE_MAX - sizeof(chunk_header)) return nullptr;
     static_assert(alignof(std::max_align_t) >= message_alignment,
                   "malloc must return message_alignment-aligned memory");
-    void* storage = std::malloc(sizeof(chunk_header) + size);
+    const int c = large_block_cache::class_of(sizeof(chunk_header) + size);
+    void* storage = nullptr;
+    if (c >= 0) {
+        storage = large_cache().take(c);
+        if (storage) unpoison(storage, large_block_cache::class_bytes(c));
+        if (!storage) storage = std::malloc(large_block_cache::class_bytes(c));
+    } else {
+        storage = std::malloc(sizeof(chunk_header) + size);
+    }
     if (storage == nullptr) return nullptr;
     auto* chunk = new (storage) chunk_header(size, &the_system_owner, site, canary);
     count_system(1, static_cast<std::int64_t>(size));

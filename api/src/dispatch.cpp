@@ -47,11 +47,6 @@ task<void> pe_core::receive_loop() {
 void pe_core::on_frame(net::received r) {
     const auto& h = r.frame.header;
     switch (h.type) {
-        case net::frame_type::standard: {
-            accept_message(r.from, r.frame.payload.release(), h.payload_length,
-                           (h.flags & net::frame_flags::broadcast) != 0, h.tag);
-            return;
-        }
         case net::frame_type::barrier:
             on_barrier_frame(r.from, r.frame);
             return;
@@ -96,7 +91,9 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
             }
             ++_send_seq[c];
             alloc::msg_reference(fwd);
-            transmit(c, fwd, size, net::frame_flags::broadcast, root, forward_ctx(fwd));
+            frame_ticket* t = new_ticket(c);
+            t->forward = fwd;
+            transmit(c, fwd, size, true, root, t);
         }
         alloc::msg_free(fwd);
     }

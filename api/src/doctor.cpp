@@ -186,7 +186,6 @@ void pe_doctor::shared::answer(std::uint32_t tag, net::state_want want) {
             s.scheduler_queue = snap->scheduler_queue;
             s.deliveries = snap->deliveries;
             s.timers = snap->timers;
-            s.shm_queued = snap->shm_queued;
             s.handles_in_use = snap->handles_in_use;
             s.handles_user_held = snap->handles_user_held;
             s.handles_total = snap->handles_total;
@@ -313,17 +312,24 @@ void pe_core::fill_state(net::doctor::pe_state& s) {
     s.scheduler_queue = _sched_queue.size();
     s.deliveries = _sched->pending_deliveries();
     s.timers = _sched->pending_timers();
-    s.shm_queued = _shm_queued;
-    std::uint32_t by_protocol[2] = {0, 0};
-    for (const handle_slot& slot : _slots) {
+    // Handles by protocol; a rendezvous handle still pending waits for its get-done (the
+    // rdma layer completes it from a callback, not from a suspended task).
+    static constexpr const char* protocol_names[] = {"stream/inline", "stream", "rndv/get"};
+    std::uint32_t by_protocol[3] = {0, 0, 0};
+    for (std::uint32_t i = 0; i < _slots.size(); ++i) {
+        const handle_slot& slot = _slots[i];
         if (!slot.in_use) continue;
         ++s.handles_in_use;
         if (slot.user_owned && !slot.released) ++s.handles_user_held;
-        ++by_protocol[slot.protocol == static_cast<std::uint8_t>(send_protocol::stream) ? 1 : 0];
+        ++by_protocol[std::min<std::uint8_t>(slot.protocol, 2)];
+        if (slot.protocol == static_cast<std::uint8_t>(send_protocol::rendezvous) &&
+            slot.pending > 0)
+            s.waits.push_back(net::doctor::wait_entry{
+                wait_kind::get_done, slot.dest, i, "rndv/get: the receiver has not fetched it", 1});
     }
     s.handles_total = static_cast<std::uint32_t>(_slots.size());
-    if (by_protocol[0]) s.handles.push_back({"stream/inline", by_protocol[0]});
-    if (by_protocol[1]) s.handles.push_back({"stream", by_protocol[1]});
+    for (int p = 0; p < 3; ++p)
+        if (by_protocol[p]) s.handles.push_back({protocol_names[p], by_protocol[p]});
     s.barrier_epoch = _barrier_epoch;
 }
 

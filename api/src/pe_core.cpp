@@ -116,8 +116,11 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     }
 
     _broadcast_tree = settings::enabled("BROADCAST_TREE");
-    _small_boundary = static_cast<std::uint32_t>(
-        std::min<std::size_t>(settings::count("SMALL_MESSAGE_BOUNDARY"), 0xFFFF'FFFFu));
+    {
+        const auto rc = rdma::layer_config::from_settings();  // the layer's boundaries
+        _small_boundary = rc.small_boundary;
+        _medium_boundary = rc.medium_boundary;
+    }
     const std::size_t max_handles = std::max<std::size_t>(1, settings::count("MAXIMUM_HANDLES"));
     _slots.resize(max_handles);
     _free_slots.reserve(max_handles);
@@ -207,7 +210,12 @@ void pe_core::start_networked(const net::launch_info& info) {
     const std::uint16_t port = l.value->local().port;
 
     start_trace(_backend_why);
-    shm_create(info);  // before registering: peers may map our rings once the mesh is up
+    rdma::layer_config rc = rdma::layer_config::from_settings();
+    rc.rank = _pe;
+    rc.num_pes = _num_pes;
+    rc.job_key = info.job_key;
+    _rdma = std::make_unique<rdma::layer>(*_sched, rc, static_cast<rdma::upcalls&>(*this));
+    _rdma->prepare();  // before registering: peers may map our rings once the mesh is up
     trace::emit(trace::kind::phase_begin, 1);
     auto table = _launcher->register_node(port, "127.0.0.1", timeout);
     trace::emit(trace::kind::phase_end, 1);
@@ -227,7 +235,9 @@ void pe_core::start_networked(const net::launch_info& info) {
     for (const auto& e : table)
         cfg.peers.push_back(net::endpoint{e.ip, e.data_port});
     _mesh = std::make_unique<net::mesh>(*_backend, std::move(l.value), std::move(cfg));
+    _rdma->attach(*_mesh);
     _mesh->on_peer_failure([this](std::uint32_t pe, const std::string& why) {
+        if (_rdma) _rdma->peer_lost(pe);
         if (_shut_down) return;
         std::string text = "PE " + std::to_string(_pe) + " lost PE " + std::to_string(pe) + ": " +
                            why + "; stopping the job";
@@ -242,7 +252,11 @@ void pe_core::start_networked(const net::launch_info& info) {
         trace::emit(trace::kind::phase_end, 2);
         _receiving = true;
         _sched->spawn(receive_loop(), "coverse receive loop");
-        shm_connect(info, table);
+        std::vector<rdma::peer_info> peers;
+        for (const auto& e : table)
+            peers.push_back(rdma::peer_info{e.machine_id});
+        _rdma->connect(peers);
+        if (_opts.verbose && _pe == 0) print("coverse: protocols\n" + _rdma->describe(), true);
     }
 }
 
@@ -363,9 +377,12 @@ std::optional<std::string> pe_core::read_line() {
 
 void pe_core::shutdown() {
     if (_shut_down) return;
-    // Every pending send first, then the disconnect handshake: nothing in flight is lost.
+    // Every pending send first (a rendezvous ends at its get-done), then every rendezvous we
+    // are fetching, then the disconnect handshake, which still serves what peers started
+    // meanwhile: nothing in flight is lost.
     const wait_scope w({wait_kind::socket_drain, no_peer, 0, "shutdown: sends in flight"});
     _sched->run_until([&] { return _sends_in_flight == 0; });
+    if (_rdma) _rdma->drain();
     if (_mesh) {
         trace::emit(trace::kind::phase_begin, 4);
         std::string failure;
@@ -381,7 +398,11 @@ void pe_core::shutdown() {
             print("coverse: PE " + std::to_string(_pe) + ": " + failure + "\n", true);
     }
     _shut_down = true;
-    shm_close();
+    if (_rdma) {
+        _rdma->drain();
+        _rdma->close();
+        _rdma.reset();
+    }
     for (void* m : _net_queue)
         alloc::msg_free(m);
     _net_queue.clear();

@@ -4,9 +4,13 @@
 // conditions and timed callbacks, and shutdown. The Converse facade (converse.cpp) and the
 // coroutine API (coverse.cpp) are thin layers over it.
 //
-// Send handle stages: free -> in flight (frame queued on the mesh) -> completed (bytes in
-// the kernel; an AndFree buffer is freed) -> released (the user's CmiReleaseCommHandle, or
-// at once for internal handles). One place, slot_sent(), completes a handle exactly once.
+// Send handle stages: free -> in flight (frames handed to the rdma layer) -> completed
+// (every frame's typed completion came back: its bytes are out, or a rendezvous got its
+// get-done; an AndFree buffer is freed) -> released (the user's CmiReleaseCommHandle, or at
+// once for internal handles). One place, slot_sent(), completes a handle exactly once.
+// A message's route: facade -> send path (here) -> rdma::layer (stream or rendezvous,
+// provider per peer) -> net (mesh, wire); received messages come up once, complete, in
+// each peer's order, through rdma::upcalls::on_message.
 #pragma once
 
 #include <converse.h>
@@ -26,8 +30,8 @@
 #include <coverse/coverse.hpp>
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>
-#include <coverse/net/shm_ring.hpp>
 #include <coverse/net/transport.hpp>
+#include <coverse/rdma/layer.hpp>
 #include <coverse/runtime/scheduler.hpp>
 #include <coverse/runtime/scope.hpp>
 #include <coverse/runtime/task.hpp>
@@ -75,7 +79,7 @@ inline constexpr std::uint64_t extra_trace_id(std::uint32_t index) noexcept {
 }
 
 /// Protocol of a send, by size (trace events and coverse-trace use the numbers).
-enum class send_protocol : std::uint8_t { inline_send = 0, stream = 1 };
+enum class send_protocol : std::uint8_t { inline_send = 0, stream = 1, rendezvous = 2 };
 
 /// Coroutines waiting for a state change; notify_all() reschedules every one of them.
 class wait_list {
@@ -102,7 +106,7 @@ struct start_options {
     bool verbose = false;            // ++verbose
 };
 
-class pe_core {
+class pe_core final : private rdma::upcalls {
 public:
     /// Starts the PE: consumes runtime flags from argv, launches itself when started with
     /// +pN and no launcher (then never returns), registers with the launcher, builds the
@@ -213,6 +217,7 @@ private:
         std::uint64_t trace_id = 0;
         bool traced_first = false;  // the handle's own trace id went to its first frame
         std::uint8_t protocol = 0;  // send_protocol, for the hang report
+        std::uint32_t dest = 0;     // its (last) destination, for the hang report
     };
     struct reduction {
         bool local_in = false;
@@ -256,35 +261,38 @@ private:
     void slot_sent(std::uint32_t slot);
     void free_slot(std::uint32_t slot);
     void start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std::uint32_t slot,
-                     std::uint16_t flags, std::uint32_t tag);
-    static void frame_sent(void* ctx, int result);
-    static void frame_sent(void* ctx, int result, std::uint32_t dest);
+                     bool broadcast, std::uint32_t root);
+    /// The typed completion of one frame (a handle's frame to one destination, or a
+    /// broadcast forward holding a reference to the received buffer). Pooled: no
+    /// allocation per message once warm.
+    struct frame_ticket final : rdma::send_completion {
+        pe_core* core = nullptr;
+        std::uint32_t slot = 0;  // the send handle whose frame this is (not for forwards)
+        std::uint32_t dest = 0;
+        std::uint32_t extra = 0;  // the frame's own trace handle (later destinations), 0: none
+        void* forward = nullptr;  // a broadcast forward: the buffer it holds a reference to
+        void sent(int result) noexcept override;
+    };
     void accept_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                         std::uint32_t root);
-    void transmit(std::uint32_t dest, void* buf, std::uint32_t size, std::uint16_t flags,
-                  std::uint32_t tag, void* ctx);
-    /// frame_sent's context for a broadcast forward: the buffer, tagged (user-space
-    /// pointers leave bit 62 clear; slot contexts are below 2^62).
-    static constexpr std::uint64_t forward_ctx_bit = 1ull << 62;
-    static void* forward_ctx(void* buf) noexcept {
-        return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(buf) | forward_ctx_bit);
+    frame_ticket* new_ticket(std::uint32_t dest);
+    void frame_done(frame_ticket& t, int result);
+    void transmit(std::uint32_t dest, void* buf, std::uint32_t size, bool broadcast,
+                  std::uint32_t root, frame_ticket* t);
+    std::uint32_t wait_for_sync_send(std::uint32_t slot);
+    // ---- rdma::upcalls ------------------------------------------------------------------
+    void on_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
+                    std::uint32_t root) override {
+        accept_message(from, msg, size, broadcast, root);
     }
-    // ---- the same-host path (shared-memory rings, see net/shm_ring.hpp) ----------------
-    void shm_create(const net::launch_info& info);
-    void shm_connect(const net::launch_info& info, const std::vector<net::node_entry>& table);
-    void shm_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, std::uint16_t flags,
-                  std::uint32_t tag, void* ctx);
-    bool shm_pump(std::uint32_t dest);
-    bool shm_poll();
-    bool shm_try_sleep();
-    void shm_wake();
-    void shm_close();
-    static task<void> shm_bell_task(pe_core* self);
+    [[noreturn]] void on_fatal(const std::string& text) override { fatal(text); }
+    void on_notice(const std::string& text) override { print(text, true); }
     struct open_send {
         void* buf;           // what the frames go out from
         std::uint32_t slot;  // the handle, held until end_send()
         std::uint32_t size;
-        bool user;  // an Async send that returns its handle
+        bool user;       // an Async send that returns its handle
+        bool sync_wait;  // a large Sync send that goes without a copy: wait for get-done
     };
     void check_message(int size, const void* msg, const char* caller);
     open_send begin_send(int size, void* msg, ownership own, const char* caller);
@@ -321,12 +329,15 @@ private:
     std::unique_ptr<scheduler> _sched;
     std::unique_ptr<net::backend> _backend;
     std::unique_ptr<net::mesh> _mesh;
+    std::unique_ptr<rdma::layer> _rdma;
+    std::vector<std::unique_ptr<frame_ticket>> _spare_tickets;
     std::unique_ptr<net::launcher_client> _launcher;
     std::unique_ptr<trace::session> _trace;             // COVERSE_TRACE=DIR
     std::unique_ptr<trace::flush_poller> _trace_flush;  // hands chunks over when idle
     std::string _backend_why;
     bool _broadcast_tree = true;
     std::uint32_t _small_boundary = 2048;
+    std::uint32_t _medium_boundary = 16384;
 
     std::vector<handler_entry> _handlers;
     std::map<std::uint32_t, handler_entry> _internal;
@@ -368,43 +379,6 @@ private:
     double _periodic_next[3] = {0, 0, 0};  // CcdPERIODIC_10ms, _100ms, _1second
 
     std::vector<std::vector<int>> _groups;
-
-    struct shm_out_msg {
-        const std::byte* buf;
-        std::uint32_t size;
-        std::uint32_t offset;
-        std::uint16_t flags;
-        std::uint32_t tag;
-        void* ctx;
-    };
-    struct shm_peer_out {
-        std::optional<net::shm_ring> ring;  // the peer's ring for messages from us
-        std::optional<net::shm_doorbell> bell;
-        std::deque<shm_out_msg> queue;  // waiting for room in the ring, in order
-    };
-    struct shm_peer_in {
-        std::optional<net::shm_ring> ring;  // ours, for messages from that peer
-        void* assembling = nullptr;         // a message arriving in several chunks
-        std::uint32_t total = 0, filled = 0, tag = 0;
-        std::uint16_t flags = 0;
-    };
-    class shm_poller final : public poller {
-    public:
-        explicit shm_poller(pe_core& c) : _c(c) {}
-        bool poll() override { return _c.shm_poll(); }
-        bool try_sleep() override { return _c.shm_try_sleep(); }
-        void wake() override { _c.shm_wake(); }
-
-    private:
-        pe_core& _c;
-    };
-    std::vector<shm_peer_out> _shm_out;  // by PE; empty when the path is off
-    std::vector<shm_peer_in> _shm_in;
-    std::optional<net::shm_doorbell> _shm_bell;
-    std::unique_ptr<shm_poller> _shm_poller;
-    std::unique_ptr<task_scope> _shm_tasks;
-    std::size_t _shm_queued = 0;  // messages waiting in any shm_peer_out::queue
-    bool _shm_wanted = false;     // SHM on for this job (the same on every PE)
 
     bool _receiving = false;
     bool _shut_down = false;

@@ -1,5 +1,5 @@
 // The send path of the machine core: point-to-point, list, multicast and broadcast sends,
-// sends to self, the route of each frame (same-host path or mesh), and groups.
+// sends to self, each frame handed to the rdma layer with its typed completion, and groups.
 #include "pe_core.hpp"
 
 #include <sched.h>
@@ -40,7 +40,9 @@ void pe_core::trace_receive(void* msg, std::uint32_t from, std::uint32_t size) {
         return;
     }
     const std::uint32_t index = static_cast<std::uint32_t>(_recv_ids++);
-    const auto proto = size <= _small_boundary ? send_protocol::inline_send : send_protocol::stream;
+    const auto proto = size <= _small_boundary    ? send_protocol::inline_send
+                       : size <= _medium_boundary ? send_protocol::stream
+                                                  : send_protocol::rendezvous;
     trace::emit(trace::kind::handle_allocated, receive_trace_id(index), (seq << 32) | size,
                 (std::uint64_t{from} << 32) | (1u << 8) | static_cast<std::uint64_t>(proto));
     header_of(msg)->flags |= header_flag_traced_receive;
@@ -77,59 +79,63 @@ void pe_core::self_frame_traced(std::uint32_t slot, std::uint32_t size) {
 }
 
 void pe_core::start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std::uint32_t slot,
-                          std::uint16_t flags, std::uint32_t tag) {
-    const std::uint32_t extra = trace_frame(slot, dest, size);
+                          bool broadcast, std::uint32_t root) {
+    frame_ticket* t = new_ticket(dest);
+    t->extra = trace_frame(slot, dest, size);
+    t->slot = slot;
+    _slots[slot].dest = dest;
     ++_slots[slot].pending;
-    void* ctx =
-        reinterpret_cast<void*>(static_cast<std::uintptr_t>((std::uint64_t{extra} << 32) | slot));
-    transmit(dest, buf, size, flags, tag, ctx);
+    transmit(dest, buf, size, broadcast, root, t);
 }
 
-// One frame to `dest`: through its shared-memory ring when it is on this host, else the
-// mesh. Every frame to one PE takes the same path, so they stay in order. `ctx` says what
-// completes when the bytes are out (see frame_sent).
-void pe_core::transmit(std::uint32_t dest, void* buf, std::uint32_t size, std::uint16_t flags,
-                       std::uint32_t tag, void* ctx) {
-    if (!_shm_out.empty() && _shm_out[dest].ring) {
-        shm_send(dest, static_cast<const std::byte*>(buf), size,
-                 (flags & net::frame_flags::broadcast) ? net::shm_flags::broadcast : 0, tag, ctx);
-        return;
+pe_core::frame_ticket* pe_core::new_ticket(std::uint32_t dest) {
+    frame_ticket* t;
+    if (_spare_tickets.empty()) {
+        t = new frame_ticket;
+    } else {
+        t = _spare_tickets.back().release();
+        _spare_tickets.pop_back();
     }
-    net::frame_header h;
-    h.type = net::frame_type::standard;
-    h.flags = flags;
-    h.tag = tag;
-    // Posted, not awaited: no coroutine frame per message; the writer calls back.
-    const int rc =
-        _mesh->post(dest, h, std::span<const std::byte>(static_cast<std::byte*>(buf), size),
-                    &pe_core::frame_sent, ctx);
-    if (rc < 0) frame_sent(ctx, rc, dest);
+    t->core = this;
+    t->dest = dest;
+    t->extra = 0;
+    t->forward = nullptr;
+    return t;
 }
 
-void pe_core::frame_sent(void* ctx, int result) {
-    frame_sent(ctx, result, 0xFFFF'FFFFu);
+// One frame to `dest` through the rdma layer, which picks the stream path (ring or
+// connection) or a rendezvous by size; `t` completes when the buffer may be reused.
+void pe_core::transmit(std::uint32_t dest, void* buf, std::uint32_t size, bool broadcast,
+                       std::uint32_t root, frame_ticket* t) {
+    _rdma->send(dest, static_cast<const std::byte*>(buf), size, broadcast, root, t);
 }
 
-void pe_core::frame_sent(void* ctx, int result, std::uint32_t dest) {
-    pe_core& self = *_instance;
-    if (result < 0 && !self._shut_down)
-        self.peer_lost(
-            "PE " + std::to_string(self._pe) + " could not send a message" +
-            (dest != 0xFFFF'FFFFu ? " to PE " + std::to_string(dest) : std::string()) + ": " +
-            std::strerror(-result) +
+void pe_core::frame_ticket::sent(int result) noexcept {
+    core->frame_done(*this, result);
+}
+
+void pe_core::frame_done(frame_ticket& t, int result) {
+    const std::uint32_t dest = t.dest;
+    const std::uint32_t slot = t.slot;
+    const std::uint32_t extra = t.extra;
+    void* forward = t.forward;
+    _spare_tickets.emplace_back(&t);  // recycled first: what follows may send again
+    if (result < 0 && !_shut_down)
+        peer_lost(
+            "PE " + std::to_string(_pe) + " could not send a message to PE " +
+            std::to_string(dest) + ": " + std::strerror(-result) +
             (result == -ENOTCONN || result == -EPIPE ? " (that PE has exited or failed)" : ""));
-    const auto v = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ctx));
-    if (v & forward_ctx_bit) {  // a broadcast forward: drop its reference to the buffer
-        alloc::msg_free(reinterpret_cast<void*>(static_cast<std::uintptr_t>(v & ~forward_ctx_bit)));
-        --self._sends_in_flight;
-        self._send_waiters.notify_all();
+    if (forward) {  // a broadcast forward: drop its reference to the buffer
+        alloc::msg_free(forward);
+        --_sends_in_flight;
+        _send_waiters.notify_all();
         return;
     }
-    if (const auto extra = static_cast<std::uint32_t>(v >> 32)) {
+    if (extra) {
         trace::emit(trace::kind::handle_completed, extra_trace_id(extra));
         trace::emit(trace::kind::handle_released, extra_trace_id(extra));
     }
-    self.slot_sent(static_cast<std::uint32_t>(v));
+    slot_sent(slot);
 }
 
 CmiCommHandle pe_core::send(int dest, int size, void* msg, ownership own, const char* caller) {
@@ -150,6 +156,10 @@ pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const
     const auto usize = static_cast<std::uint32_t>(size);
     // Small async sends are copied: the caller gets handle 0 and its buffer back at once.
     if (own == ownership::borrow && usize <= _small_boundary) own = ownership::copy;
+    // A large Sync send goes by rendezvous straight from the caller's buffer and returns
+    // at get-done, instead of copying the whole message first (see docs/rdma.md).
+    const bool sync_wait = own == ownership::copy && usize > _medium_boundary && _num_pes > 1;
+    if (sync_wait) own = ownership::borrow;
     void* buf = msg;
     if (own == ownership::copy) {
         buf = alloc::msg_alloc(usize);
@@ -159,12 +169,14 @@ pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const
         std::memcpy(buf, msg, usize);
     }
     const std::uint32_t s = acquire_slot(caller);
-    _slots[s].protocol = static_cast<std::uint8_t>(
-        usize <= _small_boundary ? send_protocol::inline_send : send_protocol::stream);
+    _slots[s].protocol =
+        static_cast<std::uint8_t>(usize <= _small_boundary    ? send_protocol::inline_send
+                                  : usize <= _medium_boundary ? send_protocol::stream
+                                                              : send_protocol::rendezvous);
     ++_sends_in_flight;
     _slots[s].pending = 1;  // held until every frame is started
     if (own != ownership::borrow) _slots[s].free_when_done = buf;
-    return open_send{buf, s, usize, own == ownership::borrow};
+    return open_send{buf, s, usize, own == ownership::borrow && !sync_wait, sync_wait};
 }
 
 // The destination that is this PE: a copy goes straight to the network queue.
@@ -180,7 +192,14 @@ void pe_core::send_to_self(const open_send& o, const char* caller) {
 CmiCommHandle pe_core::end_send(const open_send& o, const char* caller) {
     _slots[o.slot].user_owned = o.user;
     CmiCommHandle h = o.user ? user_handle(o.slot) : nullptr;
+    const std::uint32_t generation = _slots[o.slot].generation;
     slot_sent(o.slot);  // completes now if every frame already went (all local, or copied)
+    if (o.sync_wait) {
+        // Nested progress (protocol tasks, never handlers) until the receivers fetched it:
+        // the slot is freed, and its generation moves on, at the last get-done.
+        _sched->run_until([&] { return _slots[o.slot].generation != generation; });
+        return nullptr;
+    }
     if (o.user && _slots[o.slot].pending == 0) {
         release_handle(h, caller);  // finished: the handle would only need releasing
         return nullptr;
@@ -204,7 +223,7 @@ CmiCommHandle pe_core::send_many(std::span<const int> pes, int size, void* msg, 
         if (static_cast<std::uint32_t>(p) == _pe)
             send_to_self(o, caller);
         else
-            start_frame(static_cast<std::uint32_t>(p), o.buf, o.size, o.slot, 0, 0);
+            start_frame(static_cast<std::uint32_t>(p), o.buf, o.size, o.slot, false, 0);
     }
     return end_send(o, caller);
 }
@@ -222,7 +241,7 @@ CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool includ
     const open_send o = begin_send(size, msg, own, caller);
     if (include_self) send_to_self(o, caller);
     for (std::uint32_t c : tree_children(_pe, _pe))
-        start_frame(c, o.buf, o.size, o.slot, net::frame_flags::broadcast, _pe);
+        start_frame(c, o.buf, o.size, o.slot, true, _pe);
     return end_send(o, caller);
 }
 

@@ -127,7 +127,6 @@ void state_fields(Archive& a, State& s) {
     a.field(s.scheduler_queue);
     a.field(s.deliveries);
     a.field(s.timers);
-    a.field(s.shm_queued);
     a.field(s.handles_in_use);
     a.field(s.handles_user_held);
     a.field(s.handles_total);
@@ -536,8 +535,7 @@ std::string render_text(const report& r) {
             o += "  queues: ready tasks " + std::to_string(s.ready_tasks) + ", network " +
                  std::to_string(s.network_queue) + ", scheduler " +
                  std::to_string(s.scheduler_queue) + ", deliveries " +
-                 std::to_string(s.deliveries) + ", timers " + std::to_string(s.timers) + ", shm " +
-                 std::to_string(s.shm_queued) + "\n";
+                 std::to_string(s.deliveries) + ", timers " + std::to_string(s.timers) + "\n";
             o += "  handles: " + std::to_string(s.handles_in_use) + " in use of " +
                  std::to_string(s.handles_total);
             for (const handle_count& h : s.handles)
@@ -611,8 +609,7 @@ std::string render_json(const report& r) {
              ",\"network\":" + std::to_string(s.network_queue) +
              ",\"scheduler\":" + std::to_string(s.scheduler_queue) +
              ",\"deliveries\":" + std::to_string(s.deliveries) +
-             ",\"timers\":" + std::to_string(s.timers) +
-             ",\"shm\":" + std::to_string(s.shm_queued) + "}";
+             ",\"timers\":" + std::to_string(s.timers) + "}";
         o += ",\"handles\":{\"in_use\":" + std::to_string(s.handles_in_use) +
              ",\"user_held\":" + std::to_string(s.handles_user_held) +
              ",\"total\":" + std::to_string(s.handles_total) + ",\"by_protocol\":{";

@@ -155,6 +155,8 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "rma_put_data";
         case frame_type::rma_complete:
             return "rma_complete";
+        case frame_type::rdma_address:
+            return "rdma_address";
         case frame_type::state_request:
             return "state_request";
         case frame_type::state_reply:
@@ -231,6 +233,8 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::exact, rma_request_payload::wire_size};
         case frame_type::rma_complete:
             return {k::exact, rma_complete_payload::wire_size};
+        case frame_type::rdma_address:
+            return {k::at_least, rdma_address_payload::wire_size};
         case frame_type::hello:
             return {k::exact, hello_payload::wire_size};
         case frame_type::disconnect:
@@ -350,6 +354,8 @@ decode_error validate_payload(const frame_header& header, std::span<const std::b
             return decode_rma_request(payload, header.type).error;
         case frame_type::rma_complete:
             return decode_rma_complete(payload).error;
+        case frame_type::rdma_address:
+            return decode_rdma_address(payload).error;
         case frame_type::credit:
             return decode_credit(payload, limits).error;
         case frame_type::barrier:
@@ -485,6 +491,33 @@ std::array<std::byte, rma_complete_payload::wire_size> encode(
     store_le<std::uint32_t>(out.data() + rma_off::c_op, static_cast<std::uint32_t>(v.op));
     store_le<std::uint32_t>(out.data() + rma_off::c_status, static_cast<std::uint32_t>(v.status));
     return out;
+}
+
+std::vector<std::byte> encode(const rdma_address_payload& v) {
+    std::vector<std::byte> out(rdma_address_payload::wire_size + v.blob.size());
+    store_le<std::uint32_t>(out.data(), v.stage);
+    store_le<std::uint32_t>(out.data() + 4, v.provider);
+    std::copy(v.blob.begin(), v.blob.end(), out.begin() + rdma_address_payload::wire_size);
+    return out;
+}
+
+decoded<rdma_address_payload> decode_rdma_address(std::span<const std::byte> b) noexcept {
+    decoded<rdma_address_payload> r;
+    constexpr auto type = frame_type::rdma_address;
+    if (b.size() < rdma_address_payload::wire_size) {
+        r.error = fail(decode_status::payload_length_mismatch, type, "payload_length", b.size(),
+                       rdma_address_payload::wire_size);
+        return r;
+    }
+    r.value.stage = load_le<std::uint32_t>(b.data());
+    r.value.provider = load_le<std::uint32_t>(b.data() + 4);
+    r.value.blob = b.subspan(rdma_address_payload::wire_size);
+    if (r.value.stage < 1 || r.value.stage > 2)
+        r.error = fail(decode_status::invalid_field, type, "rdma_address.stage", r.value.stage, 2);
+    else if (r.value.provider < 1 || r.value.provider > 3)
+        r.error =
+            fail(decode_status::invalid_field, type, "rdma_address.provider", r.value.provider, 3);
+    return r;
 }
 
 decoded<rma_complete_payload> decode_rma_complete(std::span<const std::byte> b) noexcept {
@@ -960,6 +993,8 @@ const char* field_rule(std::string_view field) {
         {"rma_request.size", "must be at least %llu byte"},
         {"rma_complete.op", "must be 1 (get) or %llu (put)"},
         {"rma_complete.status", "must be 0 (ok) or %llu (refused)"},
+        {"rdma_address.stage", "must be 1 (offer) or %llu (verdict)"},
+        {"rdma_address.provider", "must be 1 (cma), 2 (tcp) or %llu (verbs)"},
         {"persistent_request.max_size", "must be 1..%llu (COVERSE_MAX_MESSAGE)"},
         {"get_done.status", "known: 0 ok, 1 failed"},
         {"credit.count", "must be at least 1"},

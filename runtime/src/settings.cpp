@@ -26,6 +26,7 @@ constexpr std::uint64_t MiB = 1024 * KiB;
 
 constexpr std::array<std::string_view, 4> net_backends{"auto", "uring", "io_uring", "asio"};
 constexpr std::array<std::string_view, 2> trace_modes{"stop", "ring"};
+constexpr std::array<std::string_view, 4> rdma_providers{"auto", "cma", "tcp", "verbs"};
 
 // Grouped by layer, bottom up; within a layer, DESIGN.md's order where it has one. A setting
 // is never removed (old job scripts set it): retire it by saying so in its meaning.
@@ -52,6 +53,13 @@ constexpr setting_info registry[] = {
      .default_value = "off",
      .meaning = "record each message's allocation site and print what is still live at exit",
      .layer = "alloc"},
+    {.name = "LARGE_CACHE",
+     .type = vt::bytes,
+     .default_value = "268435456",
+     .meaning = "bytes of freed large messages kept for reuse (no fresh pages per message); "
+                "0 or off: none",
+     .layer = "alloc",
+     .off_is_zero = true},
     {.name = "RCACHE",
      .type = vt::switch_,
      .default_value = "on",
@@ -193,11 +201,11 @@ constexpr setting_info registry[] = {
      .minimum = 1},
     {.name = "MAX_MESSAGE",
      .type = vt::bytes,
-     .default_value = "67108864",
-     .meaning = "largest payload a PE sends or accepts; set the same value on every PE",
+     .default_value = "2147483647",
+     .meaning = "largest message a peer may ask this PE to allocate (a rendezvous offer)",
      .layer = "net",
      .minimum = 1,
-     .maximum = 0xFFFF'FFFF},
+     .maximum = 0x7FFF'FFFF},
     {.name = "ZC_THRESHOLD",
      .type = vt::bytes,
      .default_value = "0",
@@ -236,8 +244,27 @@ constexpr setting_info registry[] = {
      .type = vt::bytes,
      .default_value = "16384",
      .meaning = "messages up to this size are a buffered stream send; above: rendezvous",
+     .layer = "rdma"},
+    {.name = "RDMA_PROVIDER",
+     .type = vt::choice,
+     .default_value = "auto",
+     .meaning = "one-sided provider for every peer: auto (same host cma, else verbs, else tcp), "
+                "cma, tcp or verbs",
      .layer = "rdma",
-     .planned = true},
+     .choices = rdma_providers},
+    {.name = "RNDV_CHUNK",
+     .type = vt::bytes,
+     .default_value = "4194304",
+     .meaning = "a rendezvous get is posted in pieces of at most this many bytes",
+     .layer = "rdma",
+     .minimum = 4096},
+    {.name = "RNDV_SPLIT",
+     .type = vt::bytes,
+     .default_value = "262144",
+     .meaning = "same host: from this size the sender copies the second half while the "
+                "receiver gets the first; 0 or off: the receiver copies all",
+     .layer = "rdma",
+     .off_is_zero = true},
     {.name = "EAGER_PROTOCOL",
      .type = vt::switch_,
      .default_value = "off",

@@ -125,5 +125,35 @@ TEST(message_storage, header_and_storage_size) {
     EXPECT_EQ(message_alignment, 16u);
 }
 
+// Large messages come back from the large-block cache: the same block serves a later request
+// of its size class (no fresh pages), every byte of the requested size is usable (ASan checks
+// the bounds), and LARGE_CACHE=0 turns the reuse off.
+TEST(large_messages, a_freed_block_serves_the_next_request_of_its_class) {
+    scoped_config cfg(test::pool_config(true, 2, 2));
+    for (std::size_t size :
+         {std::size_t{20} << 10, std::size_t{1} << 20, (std::size_t{1} << 20) + 1,
+          std::size_t{3} << 20, std::size_t{64} << 20}) {
+        void* m = msg_alloc(size);
+        ASSERT_NE(m, nullptr) << size;
+        std::memset(m, 0xA5, size);
+        EXPECT_EQ(msg_size(m), size);
+        msg_free(m);
+        void* again = msg_alloc(size - 1);
+        EXPECT_EQ(again, m) << size;
+        std::memset(again, 0x5A, size - 1);
+        msg_free(again);
+    }
+    alloc_config off = test::pool_config(true, 2, 2);
+    off.large_cache_bytes = 0;
+    scoped_config no_cache(off);
+    void* a = msg_alloc(std::size_t{2} << 20);
+    void* keep = msg_alloc(std::size_t{2} << 20);  // so malloc cannot simply hand a back
+    msg_free(a);
+    void* b = msg_alloc(std::size_t{3} << 20);
+    EXPECT_NE(b, a);
+    msg_free(b);
+    msg_free(keep);
+}
+
 }  // namespace
 }  // namespace coverse::alloc

@@ -188,7 +188,9 @@ TEST_P(rcache, no_stale_registration_after_an_owner_gives_memory_back_and_reuses
 }
 
 TEST_P(rcache, a_large_message_freed_to_the_system_drops_its_entries) {
-    scoped_config pool(pool_config(true, 2, 2));
+    alloc_config no_large_cache = pool_config(true, 2, 2);
+    no_large_cache.large_cache_bytes = 0;  // the block really goes back to malloc
+    scoped_config pool(no_large_cache);
     cache c(_registrar, config());
     void* m = msg_alloc(64 * 1024);
     const std::uint64_t first_id = id_of(c, m, 64 * 1024);
@@ -200,6 +202,24 @@ TEST_P(rcache, a_large_message_freed_to_the_system_drops_its_entries) {
     void* again = msg_alloc(64 * 1024);
     EXPECT_NE(id_of(c, m, 64 * 1024), first_id);
     EXPECT_NE(id_of(c, again, 64 * 1024), first_id);
+    msg_free(again);
+}
+
+// A large message freed into the large-block cache stays ours, like pooled memory: its
+// registration stays valid and the recycled block hits it. Only when the cache is full does
+// the block go back to malloc, and then its entries go (the test above).
+TEST_P(rcache, a_large_block_kept_for_reuse_keeps_its_registration) {
+    scoped_config pool(pool_config(true, 2, 2));  // LARGE_CACHE at its default
+    cache c(_registrar, config());
+    void* m = msg_alloc(64 * 1024);
+    const std::uint64_t first_id = id_of(c, m, 64 * 1024);
+    msg_free(m);
+    void* again = msg_alloc(64 * 1024);
+    ASSERT_EQ(again, m);  // the same block, from the cache
+    EXPECT_EQ(c.stats().invalidations, 0u);
+    if (on()) {
+        EXPECT_EQ(id_of(c, again, 64 * 1024), first_id);
+    }
     msg_free(again);
 }
 

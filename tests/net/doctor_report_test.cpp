@@ -27,7 +27,6 @@ pe_state sample_state() {
     s.scheduler_queue = 3;
     s.deliveries = 4;
     s.timers = 5;
-    s.shm_queued = 6;
     s.handles_in_use = 3;
     s.handles_user_held = 1;
     s.handles_total = 10000;
@@ -80,7 +79,7 @@ TEST(doctor_state, a_huge_count_is_refused_without_allocating_it) {
     pe_state s;
     auto bytes = encode(s);
     // The handles count sits after the fixed fields; any count beyond the bytes left fails.
-    const std::size_t at = 1 + 4 + 8 + 1 + 8 + 8 + 1 + 4 + 4 + 8 + 6 * 8 + 3 * 4;
+    const std::size_t at = 1 + 4 + 8 + 1 + 8 + 8 + 1 + 4 + 4 + 8 + 5 * 8 + 3 * 4;
     ASSERT_LT(at + 4, bytes.size());
     for (int i = 0; i < 4; ++i)
         bytes[at + i] = std::byte{0xFF};

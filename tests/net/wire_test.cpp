@@ -404,6 +404,23 @@ TEST(wire_payload_validation, rma_complete_round_trip_and_checks) {
     EXPECT_EQ(decode_rma_complete(reserved).error.status, decode_status::reserved_bits_set);
 }
 
+TEST(wire_payload_validation, rdma_address_round_trip_and_checks) {
+    const std::array<std::byte, 3> blob{std::byte{1}, std::byte{2}, std::byte{3}};
+    const auto b = encode(rdma_address_payload{1, 3, blob});
+    const auto d = decode_rdma_address(b);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d.value.stage, 1u);
+    EXPECT_EQ(d.value.provider, 3u);
+    ASSERT_EQ(d.value.blob.size(), 3u);
+    EXPECT_EQ(d.value.blob[2], std::byte{3});
+    EXPECT_EQ(decode_rdma_address(encode(rdma_address_payload{3, 1, {}})).error.status,
+              decode_status::invalid_field);
+    EXPECT_EQ(decode_rdma_address(encode(rdma_address_payload{2, 4, {}})).error.status,
+              decode_status::invalid_field);
+    EXPECT_EQ(decode_rdma_address(std::span(b).first(7)).error.status,
+              decode_status::payload_length_mismatch);
+}
+
 TEST(wire_header_test, rma_data_frames_carry_their_request_id_and_publish_may_broadcast) {
     for (auto type : {frame_type::rma_get_reply, frame_type::rma_put_data}) {
         frame_header h = valid_header(type);

@@ -5,6 +5,8 @@
 //   reply-cycle      PE 0 and PE 1 each wait for the other's reply before answering
 //   endless-handler  PE 0 sends PE 1 a message whose handler never returns, then waits
 //                    for PE 1's answer
+//   rndv-unfetched   like endless-handler, then PE 0 sends PE 1 a 256 KiB message: a
+//                    rendezvous PE 1 never fetches, so PE 0 waits for its get-done
 //   healthy          PEs 0 and 1 (a job of 2) ping-pong until the file $DOCTOR_TEST_STOP
 //                    exists, then both exit 0
 // Each PE writes its pid to $COVERSE_TEST_PID_DIR/pe<N> first, so the test can check that
@@ -20,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -77,6 +80,17 @@ coverse::task<void> main_task(coverse::machine& m) {
             CmiSyncSendAndFree(1, CmiMsgHeaderSizeBytes, msg);
             (void)co_await coverse::waiting_for(
                 {coverse::wait_kind::reply, 1, 0, "the answer to its request"}, inbox.next());
+        } else {
+            (void)co_await inbox.next();
+        }
+    } else if (g_mode == "rndv-unfetched") {
+        if (pe == 0) {
+            void* msg = CmiAlloc(CmiMsgHeaderSizeBytes);
+            CmiInitMsgHeader(msg, CmiMsgHeaderSizeBytes);
+            CmiSetHandler(msg, spin);
+            CmiSyncSendAndFree(1, CmiMsgHeaderSizeBytes, msg);
+            const std::vector<std::byte> big(256 * 1024);
+            co_await m.send(1, inbox.handler(), big);
         } else {
             (void)co_await inbox.next();
         }

@@ -193,6 +193,21 @@ TEST(doctor, a_pe_in_an_endless_handler_still_answers_and_is_named) {
     expect_no_pe_left(j, 2);
 }
 
+TEST(doctor, a_rendezvous_the_receiver_never_fetches_waits_for_its_get_done) {
+    job j({"-n", "2", "--report-stuck-after", "1s", "--report-to", "@report", hang_pe,
+           "rndv-unfetched"});
+    ASSERT_EQ(j.wait_exit(60s), 124) << j.dump();
+    const std::string r = j.file("report");
+    EXPECT_TRUE(
+        std::regex_search(r, std::regex("waits for get-done from PE 1 \\(handle [0-9]+\\)")))
+        << r;
+    EXPECT_TRUE(contains(r, "rndv/get 1")) << r;
+    EXPECT_TRUE(std::regex_search(r, std::regex("PE 1: 1 PE ends up waiting on it; it is in "
+                                                "handler [0-9]+ \\(doctor_spin_forever\\)")))
+        << r;
+    expect_no_pe_left(j, 2);
+}
+
 TEST(doctor, sigquit_reports_a_healthy_job_with_no_cycle_and_lets_it_go_on) {
     job j({"-n", "2", "--report-to", "@report", hang_pe, "healthy"});
     // Both PEs are past start-up once they wrote their pids.

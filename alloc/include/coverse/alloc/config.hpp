@@ -22,6 +22,9 @@ struct alloc_config {
     std::size_t pool_grow = 128;
     /// LEAK_REPORT: record each message's allocation site and print what is still live at exit.
     bool leak_report = false;
+    /// LARGE_CACHE: bytes of freed large messages (above the pool) kept for reuse, so a
+    /// stream of 1 MiB messages does not fault in fresh pages for each one. 0: none.
+    std::size_t large_cache_bytes = std::size_t{256} << 20;
 
     /// Reads every setting above from the environment; a malformed value is reported on stderr
     /// and the default is kept.

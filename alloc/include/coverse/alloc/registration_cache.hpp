@@ -221,6 +221,13 @@ public:
         return _stats;
     }
 
+    /// Deregisters every cached entry nobody uses (a provider shutting down, before the
+    /// registrar it calls goes away).
+    void release_unused() noexcept {
+        std::lock_guard lock(_mutex);
+        evict_unused_all();
+    }
+
 private:
     struct entry {
         std::uintptr_t begin = 0;

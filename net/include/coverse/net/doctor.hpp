@@ -72,7 +72,7 @@ struct pe_state {
     std::string handler_name;    ///< symbol of the handler function, when known
     double handler_seconds = 0;  ///< how long the running handler has run (±0.1 s)
     std::uint64_t ready_tasks = 0, network_queue = 0, scheduler_queue = 0, deliveries = 0,
-                  timers = 0, shm_queued = 0;
+                  timers = 0;
     std::uint32_t handles_in_use = 0, handles_user_held = 0, handles_total = 0;
     std::vector<handle_count> handles;  ///< in use, by protocol
     std::uint32_t barrier_epoch = 0;    ///< barriers this PE has begun

@@ -109,11 +109,12 @@ enum class frame_type : std::uint8_t {
     rma_put_request = 21,  // rma_request_payload: the rma_put_data frames `id` go to address
     rma_put_data = 22,     // bytes of the put `tag` (the requester's id), in order
     rma_complete = 23,     // rma_complete_payload: a put landed, or a request was refused
-    state_request = 24,    // state_request_payload (launcher -> PE, doctor channel); tag = id
-    state_reply = 25,      // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
+    rdma_address = 24,     // rdma_address_payload prefix + the provider's address blob
+    state_request = 25,    // state_request_payload (launcher -> PE, doctor channel); tag = id
+    state_reply = 26,      // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 25;
+inline constexpr std::uint8_t last_frame_type = 26;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
@@ -276,6 +277,17 @@ struct rma_complete_payload {
     friend bool operator==(const rma_complete_payload&, const rma_complete_payload&) = default;
 };
 
+/// rdma_address: start-up of the one-sided layer between two PEs. Stage 1 offers the
+/// provider the sender would like the peer to read it with, and that provider's address
+/// (cma: pid and probe; verbs: queue pair); stage 2 answers with the provider the sender
+/// will read the peer with (so the peer registers what it publishes with that one).
+struct rdma_address_payload {
+    std::uint32_t stage = 1;                     // @0 u32: 1 offer, 2 verdict
+    std::uint32_t provider = 0;                  // @4 u32: 1 cma, 2 tcp, 3 verbs
+    std::span<const std::byte> blob;             // @8 .. end: the provider's address
+    static constexpr std::size_t wire_size = 8;  // the fixed prefix
+};
+
 enum class get_status : std::uint32_t { ok = 0, failed = 1 };
 
 /// get_done: the receiver finished (or gave up on) the get of a published buffer.
@@ -408,6 +420,8 @@ struct node_table_payload {
 [[nodiscard]] std::vector<std::byte> encode(const abort_payload& p);
 /// Prefix and IP text together.
 [[nodiscard]] std::vector<std::byte> encode(const register_node_payload& p);
+/// Prefix and blob together.
+[[nodiscard]] std::vector<std::byte> encode(const rdma_address_payload& p);
 /// A node table with these records (status ok). Records are written as given; the
 /// decoder checks they are contiguous from node 0.
 [[nodiscard]] std::vector<std::byte> encode_node_table(std::span<const node_record> records);
@@ -426,6 +440,9 @@ struct node_table_payload {
 [[nodiscard]] decoded<rma_request_payload> decode_rma_request(std::span<const std::byte> bytes,
                                                               frame_type type) noexcept;
 [[nodiscard]] decoded<rma_complete_payload> decode_rma_complete(
+    std::span<const std::byte> bytes) noexcept;
+/// Checks stage 1..2 and provider 1..3; the blob views `bytes`.
+[[nodiscard]] decoded<rdma_address_payload> decode_rdma_address(
     std::span<const std::byte> bytes) noexcept;
 [[nodiscard]] decoded<credit_payload> decode_credit(std::span<const std::byte> bytes,
                                                     const decode_limits& limits) noexcept;

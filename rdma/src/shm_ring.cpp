@@ -1,6 +1,6 @@
 // shm_ring and shm_doorbell (see shm_ring.hpp): the same-host channel's memory layout, its
 // producer/consumer protocol, and the sleep/doorbell handshake.
-#include <coverse/net/shm_ring.hpp>
+#include <coverse/rdma/shm_ring.hpp>
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,7 +15,7 @@
 #include <system_error>
 #include <utility>
 
-namespace coverse::net {
+namespace coverse::rdma {
 
 namespace {
 
@@ -298,4 +298,4 @@ void shm_doorbell::unlink() noexcept {
     _owner = false;
 }
 
-}  // namespace coverse::net
+}  // namespace coverse::rdma

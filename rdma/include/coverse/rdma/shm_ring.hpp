@@ -17,7 +17,7 @@
 #include <span>
 #include <string>
 
-namespace coverse::net {
+namespace coverse::rdma {
 
 /// The shared header at the start of a segment. Producer and consumer fields sit on
 /// separate cache lines so polling one does not steal the other's line.
@@ -43,6 +43,16 @@ namespace shm_flags {
 inline constexpr std::uint16_t first = 0x1;      // the first chunk of a message
 inline constexpr std::uint16_t broadcast = 0x2;  // a spanning-tree broadcast (tag = root)
 inline constexpr std::uint16_t skip = 0x8000;    // padding to the end of the ring
+/// Bits 8..12: what the record carries, as a net::frame_type number (0 or 1: a message;
+/// publish, get_done, rma_put_request, rma_complete: the rendezvous's control frames).
+inline constexpr unsigned type_shift = 8;
+inline constexpr std::uint16_t type_mask = 0x1F00;
+constexpr std::uint16_t with_type(std::uint16_t flags, std::uint8_t type) noexcept {
+    return static_cast<std::uint16_t>(flags | ((type << type_shift) & type_mask));
+}
+constexpr std::uint8_t type_of(std::uint16_t flags) noexcept {
+    return static_cast<std::uint8_t>((flags & type_mask) >> type_shift);
+}
 }  // namespace shm_flags
 
 /// One mapped ring: created by the consumer, opened by the producer.
@@ -118,4 +128,4 @@ private:
     bool _owner = false;
 };
 
-}  // namespace coverse::net
+}  // namespace coverse::rdma

@@ -1,7 +1,7 @@
 // Tests of shm_ring and shm_doorbell: records round-trip in order with their fields and bytes
 // (edge sizes, wrap-around, a full ring, another thread or process), the sleep handshake,
 // errors that name the object, the doorbell FIFO, and what moves and destructors unlink.
-#include <coverse/net/shm_ring.hpp>
+#include <coverse/rdma/shm_ring.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-namespace coverse::net {
+namespace coverse::rdma {
 namespace {
 
 constexpr std::size_t min_capacity = 64 * 1024;
@@ -787,4 +787,4 @@ TEST(shm_ring, an_impossible_record_header_is_reported_as_corrupt) {
 }
 
 }  // namespace
-}  // namespace coverse::net
+}  // namespace coverse::rdma

@@ -1,0 +1,149 @@
+// The rdma layer of one PE: everything between the machine core and the wire. It owns the
+// stream path to each peer (a shared-memory ring on this host, else the mesh connection),
+// the provider that moves large messages to each peer (cma, tcp or verbs, chosen per peer),
+// the rendezvous protocol, and the demultiplexing of its own frames. The machine core hands
+// it messages with a typed completion and gets back one upcall per complete message, in the
+// order each peer sent them, whatever path each took.
+//
+// Stages: prepare (before the launcher's node table: this PE's rings and doorbell exist
+// before any peer maps them) -> attach (the mesh, before it connects: the layer sees every
+// frame first) -> connect (after the mesh is up: map the rings we write to,
+// pick a provider per peer, exchange provider address blobs; once every peer's blob is
+// here every peer has mapped our rings, so their names go) -> running -> drain (no
+// rendezvous left in flight; the mesh's disconnect handshake serves what peers still
+// started) -> close.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <coverse/net/mesh.hpp>
+#include <coverse/rdma/protocols.hpp>
+#include <coverse/rdma/provider.hpp>
+#include <coverse/runtime/scheduler.hpp>
+#include <coverse/runtime/scope.hpp>
+#include <coverse/runtime/task.hpp>
+
+namespace coverse::rdma {
+
+/// The completion of one send: called once, when the caller's buffer may be reused or
+/// freed (0), or when the send failed (-errno: -EPIPE for a peer that is gone).
+class send_completion {
+public:
+    virtual void sent(int result) noexcept = 0;
+
+protected:
+    ~send_completion() = default;
+};
+
+/// What the layer hands up to the machine core.
+class upcalls {
+public:
+    /// A complete message from `from` (message memory, now owned by the callee), in the
+    /// order `from` sent it. `broadcast` with `root` for a spanning-tree broadcast.
+    virtual void on_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
+                            std::uint32_t root) = 0;
+    /// A failure that stops the job: the text names the PE, the phase and the cause.
+    [[noreturn]] virtual void on_fatal(const std::string& text) = 0;
+    /// A one-time note for the user (a provider fallback), printed through the launcher.
+    virtual void on_notice(const std::string& text) = 0;
+
+protected:
+    ~upcalls() = default;
+};
+
+/// A peer as the node table describes it.
+struct peer_info {
+    std::uint64_t machine_id = 0;  // same value: same host
+};
+
+struct layer_config {
+    std::uint32_t rank = 0;
+    std::uint32_t num_pes = 1;
+    std::uint64_t job_key = 0;
+    /// SMALL/MEDIUM_MESSAGE_BOUNDARY: up to medium a message is one stream frame.
+    std::uint32_t small_boundary = 2048;
+    std::uint32_t medium_boundary = 16384;
+    /// MAX_MESSAGE: the largest rendezvous offer we accept from a peer.
+    std::uint64_t max_message = 0x7FFF'FFFFu;
+    /// SHM / SHM_RING_BYTES: same-host stream through shared-memory rings.
+    bool shm = true;
+    std::size_t shm_ring_bytes = 256 * 1024;
+    /// RDMA_PROVIDER: force one provider for every peer (nullopt: choose per peer).
+    std::optional<provider_kind> forced;
+    /// RNDV_CHUNK: a rendezvous get is posted in pieces of at most this many bytes.
+    std::size_t rndv_chunk = 4u << 20;
+    /// RNDV_SPLIT: from this size a same-host rendezvous is copied by both PEs at once.
+    std::size_t rndv_split = 256u << 10;
+
+    /// Reads every setting above from the registry (rank, num_pes, job_key stay).
+    static layer_config from_settings();
+};
+
+class layer final : private net::frame_hook {
+public:
+    layer(scheduler& sched, layer_config cfg, upcalls& up);
+    ~layer();
+    layer(const layer&) = delete;
+    layer& operator=(const layer&) = delete;
+
+    /// Creates this PE's rings (one per peer, for what it sends us) and doorbell. A PE
+    /// without shared memory says so and uses TCP both ways. Call before the node table.
+    void prepare();
+    /// The connection mesh to every peer: installs the layer as its frame hook. Before
+    /// the mesh's establish(), so no frame passes the layer by.
+    void attach(net::mesh& mesh);
+    /// Maps the rings of same-host peers, picks a provider per peer, and exchanges address
+    /// blobs with every peer. Blocks (nested progress) until every peer's blob arrived.
+    void connect(std::span<const peer_info> peers);
+
+    /// Sends one message to `dest` (not this PE). The buffer stays valid until
+    /// `done->sent()`; `done` may be called before send() returns.
+    void send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
+              std::uint32_t root, send_completion* done);
+
+    /// True when no rendezvous runs (either direction) and no stream send is queued.
+    bool idle() const noexcept;
+    /// Nested progress until idle() (shutdown: finish every rendezvous first).
+    void drain();
+    /// Unmaps rings, stops the layer's tasks, releases providers. After the mesh shut down.
+    void close();
+
+    /// A peer died: fail what is in flight with it (the machine core decides what follows).
+    void peer_lost(std::uint32_t pe);
+
+    /// The provider that moves large messages to `pe` (after connect()).
+    provider_kind provider_for(std::uint32_t pe) const noexcept;
+    /// Whether `pe` is reached through a shared-memory ring.
+    bool same_host_stream(std::uint32_t pe) const noexcept;
+    /// The protocol a message of `size` bytes to `pe` takes.
+    const protocol_info& protocol_for(std::uint32_t pe, std::size_t size) const noexcept;
+    /// One line per kind of peer: "same host: stream/inline <= 2048 B, ..., rndv/get/cma".
+    std::string describe() const;
+
+    /// Counters, for tests and coverse-info.
+    struct counters {
+        std::uint64_t stream_sends = 0;
+        std::uint64_t rendezvous_sends = 0;
+        std::uint64_t rendezvous_receives = 0;
+        std::uint64_t split_copies = 0;  // rendezvous copied by both PEs at once
+        std::uint64_t bytes_by_get = 0;
+        std::uint64_t bytes_by_put = 0;
+    };
+    const counters& stats() const noexcept { return _stats; }
+
+private:
+    struct impl;
+    std::unique_ptr<impl> _impl;
+    counters _stats;
+
+    std::byte* place(std::uint32_t pe, const net::frame_header& header) noexcept override;
+    bool take(std::uint32_t pe, net::frame& f) override;
+};
+
+}  // namespace coverse::rdma

@@ -1,0 +1,51 @@
+// The protocols a message can take, as named descriptors chosen by size and by what the path
+// to the peer offers (STYLE.md: "a protocol is a named descriptor, chosen by data, and says
+// so"). The layer picks from one table per peer; coverse-info and ++verbose print the tables.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <coverse/rdma/provider.hpp>
+
+namespace coverse::rdma {
+
+/// How the layer moves a message once a protocol is chosen.
+enum class protocol_method : std::uint8_t {
+    stream,      // one frame on the ordered stream path (ring or connection)
+    rendezvous,  // publish the buffer; the receiver gets it (and may ask us to put a part)
+};
+
+struct protocol_info {
+    std::string_view name;  // "stream/inline/shm", "rndv/get/cma", ...
+    protocol_method method = protocol_method::stream;
+    std::size_t min_size = 0;  // inclusive
+    std::size_t max_size = 0;  // inclusive
+    std::string_view needs;    // what it needs from the path and the provider
+};
+
+/// The stream path to a peer.
+enum class stream_path : std::uint8_t { shm_ring, connection };
+
+/// The protocols for one kind of peer, smallest sizes first; every size has exactly one.
+struct protocol_table {
+    std::array<protocol_info, 3> rows{};
+
+    const protocol_info& choose(std::size_t size) const noexcept {
+        if (size <= rows[0].max_size) return rows[0];
+        if (size <= rows[1].max_size) return rows[1];
+        return rows[2];
+    }
+    /// "stream/inline/shm 0..2048 B, stream/buffered/shm 2049..16384 B, rndv/get/cma 16385 B.."
+    std::string describe() const;
+};
+
+/// The table for a peer reached by `path` whose large messages go by `rndv`. `split`: from
+/// this size the cma rendezvous is copied by both PEs at once (0: never).
+protocol_table make_protocol_table(stream_path path, provider_kind rndv, std::size_t small,
+                                   std::size_t medium, std::size_t split);
+
+}  // namespace coverse::rdma

@@ -1,0 +1,425 @@
+// The rdma layer (see layer.hpp): per-peer stream paths, provider choice, the demultiplexing
+// of the layer's frames from both paths, and the in-order upcall. The rendezvous protocol
+// itself is in rendezvous.cpp, the same-host ring path in shm_path.cpp.
+#include "layer_impl.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <coverse/alloc/message.hpp>
+#include <coverse/rdma/cma.hpp>
+#include <coverse/rdma/tcp.hpp>
+#include <coverse/rdma/verbs.hpp>
+#include <coverse/runtime/settings.hpp>
+
+namespace coverse::rdma {
+
+layer_config layer_config::from_settings() {
+    layer_config c;
+    const auto clamp32 = [](std::size_t v) {
+        return static_cast<std::uint32_t>(std::min<std::size_t>(v, 0xFFFF'FFFFu));
+    };
+    c.small_boundary = clamp32(settings::count("SMALL_MESSAGE_BOUNDARY"));
+    // A stream frame is at most a frame's payload: larger messages always go by rendezvous.
+    c.medium_boundary = std::min<std::uint32_t>(clamp32(settings::count("MEDIUM_MESSAGE_BOUNDARY")),
+                                                net::default_max_payload);
+    c.small_boundary = std::min(c.small_boundary, c.medium_boundary);
+    c.max_message = net::max_message_from_env();
+    c.shm = settings::enabled("SHM");
+    c.shm_ring_bytes = settings::count("SHM_RING_BYTES");
+    const std::string forced = settings::text("RDMA_PROVIDER");
+    if (forced != "auto") c.forced = provider_from_string(forced);
+    c.rndv_chunk = std::max<std::size_t>(4096, settings::count("RNDV_CHUNK"));
+    c.rndv_split = settings::count("RNDV_SPLIT");
+    return c;
+}
+
+layer::impl::impl(layer& s, scheduler& sc, layer_config c, upcalls& u)
+    : self(s), sched(sc), cfg(std::move(c)), up(u), peers(cfg.num_pes) {}
+
+layer::impl::~impl() = default;
+
+layer::layer(scheduler& sched, layer_config cfg, upcalls& up)
+    : _impl(std::make_unique<impl>(*this, sched, std::move(cfg), up)) {}
+
+void layer::attach(net::mesh& mesh) {
+    impl& m = *_impl;
+    m.mesh = &mesh;
+    mesh.set_frame_hook(this);
+    m.tcp = std::make_unique<tcp_provider>(mesh, m.cfg.rndv_chunk);
+}
+
+layer::~layer() {
+    close();
+}
+
+// ---------------------------------------------------------------------------------------
+// Start-up
+
+void layer::prepare() {
+    impl& m = *_impl;
+    m.cma = std::make_unique<cma_provider>(m.cfg.num_pes);
+    const bool want_verbs = !m.cfg.forced || *m.cfg.forced == provider_kind::verbs;
+    if (want_verbs && m.cfg.num_pes > 1) {
+        m.verbs = make_verbs_provider(m.sched, m.cfg.rank, m.cfg.num_pes, &m.verbs_why);
+        if (m.cfg.forced == provider_kind::verbs && !m.verbs)
+            m.up.on_fatal("PE " + std::to_string(m.cfg.rank) +
+                          ": RDMA_PROVIDER=verbs, but verbs cannot serve: " + m.verbs_why +
+                          "; use RDMA_PROVIDER=auto, cma or tcp");
+    }
+    m.shm_create();
+}
+
+void layer::connect(std::span<const peer_info> peers) {
+    impl& m = *_impl;
+    if (peers.size() != m.cfg.num_pes)
+        m.up.on_fatal("rdma: a node table of " + std::to_string(peers.size()) +
+                      " entries for a job of " + std::to_string(m.cfg.num_pes) + " PEs");
+    const std::uint64_t here = peers[m.cfg.rank].machine_id;
+    for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
+        m.peers[p].same_host = peers[p].machine_id == here;
+    m.shm_connect();
+    if (m.cfg.num_pes == 1 || !m.mesh) return;
+    // Stage 1: offer every peer the provider we would like it to read us with.
+    for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p) {
+        if (p == m.cfg.rank) continue;
+        const provider_kind offer = m.offer_for(p);
+        provider* prov = m.provider_of(offer);
+        const std::vector<std::byte> blob = prov ? prov->address_blob() : std::vector<std::byte>{};
+        m.post_address(p, 1, offer, blob);
+    }
+    // Every peer answers our offer with a verdict once it has processed it, after it
+    // mapped our rings: then both are known and the ring names can go.
+    m.sched.run_until(
+        [&] { return m.verdicts == m.cfg.num_pes - 1 && m.offers == m.cfg.num_pes - 1; });
+    m.shm_unlink();
+    if (!m.refusals.empty()) m.up.on_notice(m.refusals);
+}
+
+provider_kind layer::impl::offer_for(std::uint32_t p) const {
+    if (cfg.forced) return *cfg.forced;
+    if (peers[p].same_host && cma) return provider_kind::cma;
+    if (verbs) return provider_kind::verbs;
+    return provider_kind::tcp;
+}
+
+provider* layer::impl::provider_of(provider_kind k) const noexcept {
+    switch (k) {
+        case provider_kind::cma:
+            return cma.get();
+        case provider_kind::tcp:
+            return tcp.get();
+        case provider_kind::verbs:
+            return verbs.get();
+    }
+    return nullptr;
+}
+
+void layer::impl::post_address(std::uint32_t p, std::uint32_t stage, provider_kind kind,
+                               std::span<const std::byte> blob) {
+    auto* bytes = new std::vector<std::byte>(
+        net::encode(net::rdma_address_payload{stage, static_cast<std::uint32_t>(kind), blob}));
+    net::frame_header h;
+    h.type = net::frame_type::rdma_address;
+    const int rc = mesh->post(
+        p, h, *bytes, [](void* ctx, int) { delete static_cast<std::vector<std::byte>*>(ctx); },
+        bytes);
+    if (rc < 0) {
+        delete bytes;
+        up.on_fatal("PE " + std::to_string(cfg.rank) + ": could not send PE " + std::to_string(p) +
+                    " its one-sided address: " + std::strerror(-rc));
+    }
+}
+
+// A peer's offer (stage 1) or verdict (stage 2), in the reader.
+void layer::impl::on_address(std::uint32_t from, const net::frame& f) {
+    const auto d = net::decode_rdma_address(f.payload_bytes());
+    if (!d.ok()) return;  // validated by the reader
+    const auto kind = static_cast<provider_kind>(d.value.provider);
+    peer& p = peers[from];
+    if (d.value.stage == 2) {
+        p.publish_with = kind;
+        p.verdict_known = true;
+        ++verdicts;
+        return;
+    }
+    // Read the peer with what it offered if we can; else tcp, which always works.
+    provider_kind use = provider_kind::tcp;
+    if (kind != provider_kind::tcp) {
+        provider* prov = provider_of(kind);
+        std::optional<std::string> why;
+        if (!prov)
+            why = kind == provider_kind::verbs ? "this PE has no verbs device (" + verbs_why + ")"
+                                               : std::string("this PE has no cma provider");
+        else
+            why = prov->connect_peer(from, d.value.blob);
+        if (!why) {
+            use = kind;
+        } else if (!cfg.forced) {
+            // Said once per PE, naming the first peer: the cause is the same for all.
+            if (refusals.empty())
+                refusals = "coverse: PE " + std::to_string(cfg.rank) + " cannot use " +
+                           std::string(to_string(kind)) + " with PE " + std::to_string(from) +
+                           ": " + *why + "; large messages between them use tcp\n";
+        } else {
+            up.on_fatal("PE " + std::to_string(cfg.rank) +
+                        ": RDMA_PROVIDER=" + std::string(to_string(kind)) + " cannot reach PE " +
+                        std::to_string(from) + ": " + *why);
+        }
+    }
+    p.get_with = use;
+    p.offer_seen = true;
+    ++offers;
+    post_address(from, 2, use, {});
+}
+
+// ---------------------------------------------------------------------------------------
+// Sending
+
+namespace {
+void mesh_sent(void* ctx, int result) {
+    static_cast<send_completion*>(ctx)->sent(result);
+}
+}  // namespace
+
+void layer::send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
+                 std::uint32_t root, send_completion* done) {
+    impl& m = *_impl;
+    if (size <= m.cfg.medium_boundary) {
+        ++_stats.stream_sends;
+        m.stream_send(dest, net::frame_type::standard, broadcast, root,
+                      std::span<const std::byte>(buf, size), done);
+        return;
+    }
+    ++_stats.rendezvous_sends;
+    m.rendezvous_send(dest, buf, size, broadcast, root, done);
+}
+
+// One frame on the stream path to `dest`: its ring when it is on this host and mapped,
+// else the connection. Every frame to one PE takes the same path, so they stay in order.
+void layer::impl::stream_send(std::uint32_t dest, net::frame_type type, bool broadcast,
+                              std::uint32_t root, std::span<const std::byte> bytes,
+                              send_completion* done) {
+    peer& p = peers[dest];
+    if (p.out_ring) {
+        ring_send(dest, type, broadcast, root, bytes, done);
+        return;
+    }
+    net::frame_header h;
+    h.type = type;
+    h.flags = broadcast ? net::frame_flags::broadcast : 0;
+    h.tag = broadcast ? root : 0;
+    const int rc = mesh->post(dest, h, bytes, &mesh_sent, done);
+    if (rc < 0) done->sent(rc);
+}
+
+namespace {
+// A control frame's bytes, owned until its path is done with them.
+struct owned_control final : send_completion {
+    std::array<std::byte, 32> bytes{};
+    std::size_t size = 0;
+    void sent(int) noexcept override { delete this; }
+};
+}  // namespace
+
+void layer::impl::stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
+                                 std::uint32_t root, std::span<const std::byte> payload) {
+    auto* c = new owned_control;
+    c->size = payload.size();
+    std::memcpy(c->bytes.data(), payload.data(), payload.size());
+    stream_send(dest, type, broadcast, root, std::span<const std::byte>(c->bytes.data(), c->size),
+                c);
+}
+
+// ---------------------------------------------------------------------------------------
+// Receiving: both paths end here, in each peer's order
+
+void layer::impl::deliver(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
+                          std::uint32_t root) {
+    peer& p = peers[from];
+    if (p.held.empty()) {
+        up.on_message(from, msg, size, broadcast, root);
+        return;
+    }
+    // A rendezvous from this peer is still being fetched: later messages wait behind it.
+    p.held.push_back(held_message{msg, size, broadcast, root, true});
+}
+
+void layer::impl::release_held(std::uint32_t from) {
+    peer& p = peers[from];
+    while (!p.held.empty() && p.held.front().ready) {
+        const held_message h = p.held.front();
+        p.held.pop_front();
+        if (h.msg) up.on_message(from, h.msg, h.size, h.broadcast, h.root);
+    }
+}
+
+// A frame of the layer's own from either path (ring records are decoded into the same
+// shape). Returns false for frames that are not the layer's.
+bool layer::impl::on_frame(std::uint32_t from, net::frame_type type, std::uint16_t flags,
+                           std::uint32_t tag, std::span<const std::byte> payload) {
+    const bool broadcast = (flags & net::frame_flags::broadcast) != 0;
+    switch (type) {
+        case net::frame_type::publish: {
+            net::decode_limits lim;
+            lim.num_pes = cfg.num_pes;
+            lim.max_message = cfg.max_message;
+            const auto d = net::decode_publish(payload, lim);
+            if (!d.ok()) {
+                const bool too_big = d.error.field == "publish.size" && d.error.value > 0;
+                up.on_fatal(
+                    "PE " + std::to_string(cfg.rank) + " refused a message from PE " +
+                    std::to_string(from) +
+                    (too_big ? " of " + std::to_string(d.error.value) +
+                                   " bytes: over MAX_MESSAGE (" + std::to_string(cfg.max_message) +
+                                   " bytes) on this PE; raise MAX_MESSAGE on every PE"
+                             : ": " + net::describe(d.error, "PE " + std::to_string(from))));
+            }
+            rendezvous_receive(from, d.value, broadcast, tag);
+            return true;
+        }
+        case net::frame_type::get_done: {
+            const auto d = net::decode_get_done(payload, {});
+            if (d.ok()) on_get_done(from, d.value);
+            return true;
+        }
+        case net::frame_type::rma_put_request: {  // on the ring: a split rendezvous
+            const auto d = net::decode_rma_request(payload, type);
+            if (d.ok()) on_split_request(from, d.value);
+            return true;
+        }
+        case net::frame_type::rma_complete: {  // on the ring: the split part is in place
+            const auto d = net::decode_rma_complete(payload);
+            if (d.ok()) on_split_done(from, d.value);
+            return true;
+        }
+        default:
+            return false;
+    }
+}
+
+std::byte* layer::place(std::uint32_t pe, const net::frame_header& h) noexcept {
+    impl& m = *_impl;
+    if (!m.tcp) return nullptr;
+    if (h.type == net::frame_type::rma_get_reply || h.type == net::frame_type::rma_put_data)
+        return m.tcp->place(pe, h);
+    return nullptr;
+}
+
+bool layer::take(std::uint32_t pe, net::frame& f) {
+    impl& m = *_impl;
+    const auto& h = f.header;
+    switch (h.type) {
+        case net::frame_type::standard: {
+            const std::uint32_t size = h.payload_length;
+            void* msg = f.payload.release();
+            if (!msg) {  // an empty frame: still a message (the core reports it as too short)
+                msg = alloc::msg_alloc(1);
+                if (!msg) m.up.on_fatal("out of memory receiving a message");
+            }
+            m.deliver(pe, msg, size, (h.flags & net::frame_flags::broadcast) != 0, h.tag);
+            return true;
+        }
+        case net::frame_type::rma_get_request:
+        case net::frame_type::rma_get_reply:
+        case net::frame_type::rma_put_request:
+        case net::frame_type::rma_put_data:
+        case net::frame_type::rma_complete:
+            if (m.tcp) m.tcp->take(pe, f);
+            return true;
+        case net::frame_type::rdma_address:
+            m.on_address(pe, f);
+            return true;
+        case net::frame_type::publish:
+        case net::frame_type::get_done:
+            return m.on_frame(pe, h.type, h.flags, h.tag, f.payload_bytes());
+        default:
+            return false;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// State, shutdown
+
+bool layer::idle() const noexcept {
+    const impl& m = *_impl;
+    return m.outgoing.empty() && m.incoming == 0 && m.ring_queued == 0;
+}
+
+void layer::drain() {
+    _impl->sched.run_until([&] { return idle(); });
+}
+
+void layer::peer_lost(std::uint32_t pe) {
+    impl& m = *_impl;
+    if (m.tcp) m.tcp->peer_lost(pe);
+    if (m.cma) m.cma->peer_lost(pe);
+    if (m.verbs) m.verbs->peer_lost(pe);
+    m.fail_rendezvous_with(pe);
+}
+
+void layer::close() {
+    impl& m = *_impl;
+    if (m.closed) return;
+    m.closed = true;
+    if (m.mesh) m.mesh->set_frame_hook(nullptr);
+    m.tasks.request_stop();
+    if (m.tasks.live()) m.sched.run_until([&] { return m.tasks.live() == 0; });
+    m.shm_close();
+    for (auto& p : m.peers)
+        for (auto& h : p.held)
+            if (h.msg) alloc::msg_free(h.msg);
+    m.peers.clear();
+    m.verbs.reset();
+    m.tcp.reset();
+    m.cma.reset();
+    m.mesh = nullptr;
+}
+
+provider_kind layer::provider_for(std::uint32_t pe) const noexcept {
+    const impl& m = *_impl;
+    return pe < m.peers.size() ? m.peers[pe].get_with : provider_kind::tcp;
+}
+
+bool layer::same_host_stream(std::uint32_t pe) const noexcept {
+    const impl& m = *_impl;
+    return pe < m.peers.size() && m.peers[pe].out_ring.has_value();
+}
+
+const protocol_info& layer::protocol_for(std::uint32_t pe, std::size_t size) const noexcept {
+    const impl& m = *_impl;
+    return m.table_for(pe).choose(size);
+}
+
+const protocol_table& layer::impl::table_for(std::uint32_t pe) const noexcept {
+    const peer& p = peers[pe];
+    const bool split = p.get_with == provider_kind::cma && p.publish_with == provider_kind::cma &&
+                       p.out_ring && cfg.rndv_split > 0;
+    const auto path = p.out_ring ? stream_path::shm_ring : stream_path::connection;
+    auto& slot =
+        tables[static_cast<std::size_t>(path)][static_cast<std::size_t>(p.get_with)][split ? 1 : 0];
+    if (!slot)
+        slot = make_protocol_table(path, p.get_with, cfg.small_boundary, cfg.medium_boundary,
+                                   split ? cfg.rndv_split : 0);
+    return *slot;
+}
+
+std::string layer::describe() const {
+    const impl& m = *_impl;
+    std::string out;
+    std::vector<std::string> seen;
+    for (std::uint32_t pe = 0; pe < m.peers.size(); ++pe) {
+        if (pe == m.cfg.rank) continue;
+        const std::string line =
+            (m.peers[pe].same_host ? "same host: " : "other host: ") + m.table_for(pe).describe();
+        if (std::find(seen.begin(), seen.end(), line) != seen.end()) continue;
+        seen.push_back(line);
+        out += line + "\n";
+    }
+    if (!m.verbs && !m.verbs_why.empty()) out += "verbs: " + m.verbs_why + "; using cma/tcp\n";
+    return out;
+}
+
+}  // namespace coverse::rdma

@@ -1,0 +1,150 @@
+// The rdma layer's state, shared by its units: layer.cpp (start-up, routing, demultiplexing,
+// in-order delivery), shm_path.cpp (the same-host rings), rendezvous.cpp (publish/get).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <coverse/rdma/cma.hpp>
+#include <coverse/rdma/layer.hpp>
+#include <coverse/rdma/shm_ring.hpp>
+#include <coverse/rdma/tcp.hpp>
+
+namespace coverse::rdma {
+
+/// A message that arrived while an earlier rendezvous from the same peer is still being
+/// fetched (or that rendezvous itself, not ready yet).
+struct held_message {
+    void* msg = nullptr;
+    std::uint32_t size = 0;
+    bool broadcast = false;
+    std::uint32_t root = 0;
+    bool ready = false;
+};
+
+/// One record waiting for room in a full ring, in order.
+struct ring_out {
+    const std::byte* buf;
+    std::uint32_t size;
+    std::uint32_t offset;
+    std::uint16_t flags;  // shm_flags, with the record type
+    std::uint32_t tag;
+    send_completion* done;
+};
+
+struct peer {
+    bool same_host = false;
+    // The stream path: a ring when this host's peer mapped it, else the connection.
+    std::optional<shm_ring> out_ring;  // the peer's ring for what we send it
+    std::optional<shm_doorbell> out_bell;
+    std::deque<ring_out> out_queue;
+    std::optional<shm_ring> in_ring;  // ours, for what it sends us
+    void* assembling = nullptr;       // a message arriving in several records
+    std::uint32_t total = 0, filled = 0, tag = 0;
+    std::uint16_t flags = 0;
+    // One-sided: what we read the peer with, and what it reads us with (so we register
+    // what we publish to it there).
+    provider_kind get_with = provider_kind::tcp;
+    provider_kind publish_with = provider_kind::tcp;
+    bool offer_seen = false;
+    bool verdict_known = false;
+    // In-order delivery behind rendezvous still being fetched.
+    std::deque<held_message> held;
+};
+
+struct rndv_out;
+struct rndv_in;
+
+struct layer::impl {
+    impl(layer& self, scheduler& sched, layer_config cfg, upcalls& up);
+    ~impl();
+
+    layer& self;
+    scheduler& sched;
+    net::mesh* mesh = nullptr;
+    layer_config cfg;
+    upcalls& up;
+    std::vector<peer> peers;
+    bool closed = false;
+
+    std::unique_ptr<cma_provider> cma;
+    std::unique_ptr<tcp_provider> tcp;
+    std::unique_ptr<provider> verbs;
+    std::string verbs_why;
+    std::uint32_t offers = 0, verdicts = 0;
+    std::string refusals;  // the one notice about a provider a peer could not use
+
+    // ---- start-up (layer.cpp) -----------------------------------------------------------
+    provider_kind offer_for(std::uint32_t p) const;
+    provider* provider_of(provider_kind k) const noexcept;
+    void post_address(std::uint32_t p, std::uint32_t stage, provider_kind kind,
+                      std::span<const std::byte> blob);
+    void on_address(std::uint32_t from, const net::frame& f);
+
+    // ---- routing and delivery (layer.cpp) -------------------------------------------------
+    void stream_send(std::uint32_t dest, net::frame_type type, bool broadcast, std::uint32_t root,
+                     std::span<const std::byte> bytes, send_completion* done);
+    /// A small control payload (publish, get_done, ...) the layer owns until it is sent.
+    void stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
+                        std::uint32_t root, std::span<const std::byte> payload);
+    void deliver(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
+                 std::uint32_t root);
+    void release_held(std::uint32_t from);
+    bool on_frame(std::uint32_t from, net::frame_type type, std::uint16_t flags, std::uint32_t tag,
+                  std::span<const std::byte> payload);
+    mutable std::array<std::array<std::array<std::optional<protocol_table>, 2>, 4>, 2> tables;
+    const protocol_table& table_for(std::uint32_t pe) const noexcept;
+
+    // ---- the same-host rings (shm_path.cpp) -----------------------------------------------
+    void shm_create();
+    void shm_connect();
+    void shm_unlink();
+    void shm_close();
+    void ring_send(std::uint32_t dest, net::frame_type type, bool broadcast, std::uint32_t root,
+                   std::span<const std::byte> bytes, send_completion* done);
+    bool ring_pump(std::uint32_t dest);
+    bool ring_poll();
+    bool ring_try_sleep();
+    void ring_wake();
+    static task<void> bell_task(impl* self);
+    class ring_poller final : public poller {
+    public:
+        explicit ring_poller(impl& m) : _m(m) {}
+        bool poll() override { return _m.ring_poll(); }
+        bool try_sleep() override { return _m.ring_try_sleep(); }
+        void wake() override { _m.ring_wake(); }
+
+    private:
+        impl& _m;
+    };
+    std::optional<shm_doorbell> bell;
+    std::unique_ptr<ring_poller> poller_;
+    std::size_t ring_queued = 0;  // records waiting in any out_queue
+    bool shm_wanted = false;
+    bool shm_failed = false;
+
+    // ---- rendezvous (rendezvous.cpp) --------------------------------------------------------
+    void rendezvous_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
+                         bool broadcast, std::uint32_t root, send_completion* done);
+    void rendezvous_receive(std::uint32_t from, const net::publish_payload& offer, bool broadcast,
+                            std::uint32_t root);
+    void on_get_done(std::uint32_t from, const net::get_done_payload& d);
+    void on_split_request(std::uint32_t from, const net::rma_request_payload& r);
+    void on_split_done(std::uint32_t from, const net::rma_complete_payload& c);
+    void fail_rendezvous_with(std::uint32_t pe);
+    void finish_send(rndv_out* o, int result);
+    static task<void> receive_task(impl* self, rndv_in* in);
+    std::unordered_map<std::uint32_t, rndv_out*> outgoing;  // our publishes, by id
+    std::uint32_t next_id = 1;
+    std::unordered_map<std::uint64_t, rndv_in*> fetching;  // (from << 32 | id) -> receive
+    std::size_t incoming = 0;                              // receives not finished yet
+    task_scope tasks{"rdma layer"};
+};
+
+}  // namespace coverse::rdma

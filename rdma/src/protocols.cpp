@@ -1,0 +1,52 @@
+// The protocol descriptors and their table (see protocols.hpp).
+#include <coverse/rdma/protocols.hpp>
+
+namespace coverse::rdma {
+
+namespace {
+
+std::string bytes_range(const protocol_info& p, bool last) {
+    std::string out = std::to_string(p.min_size);
+    if (last) return out + " B..";
+    return out + ".." + std::to_string(p.max_size) + " B";
+}
+
+}  // namespace
+
+std::string protocol_table::describe() const {
+    std::string out;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (i) out += ", ";
+        out += std::string(rows[i].name) + " " + bytes_range(rows[i], i + 1 == rows.size());
+    }
+    return out;
+}
+
+protocol_table make_protocol_table(stream_path path, provider_kind rndv, std::size_t small,
+                                   std::size_t medium, std::size_t split) {
+    const bool ring = path == stream_path::shm_ring;
+    protocol_table t;
+    t.rows[0] =
+        protocol_info{ring ? "stream/inline/shm" : "stream/inline/tcp", protocol_method::stream, 0,
+                      small, ring ? "a shared-memory ring record" : "one frame in one send"};
+    t.rows[1] = protocol_info{ring ? "stream/buffered/shm" : "stream/buffered/tcp",
+                              protocol_method::stream, small + 1, medium,
+                              ring ? "ring records, queued while the ring is full"
+                                   : "frames gathered by the connection's writer"};
+    std::string_view name = "rndv/get/tcp";
+    std::string_view needs = "get emulated over the connection, served by the sender";
+    if (rndv == provider_kind::cma) {
+        name = split ? "rndv/get+put/cma" : "rndv/get/cma";
+        needs = split ? "process_vm_readv by the receiver, process_vm_writev of the second "
+                        "part by the sender from RNDV_SPLIT bytes"
+                      : "process_vm_readv by the receiver";
+    } else if (rndv == provider_kind::verbs) {
+        name = "rndv/get/verbs";
+        needs = "an RDMA read on an RC queue pair, registered memory on both sides";
+    }
+    t.rows[2] = protocol_info{name, protocol_method::rendezvous, medium + 1,
+                              static_cast<std::size_t>(-1), needs};
+    return t;
+}
+
+}  // namespace coverse::rdma

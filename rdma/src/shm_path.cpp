@@ -1,0 +1,251 @@
+// The same-host stream path: every frame between two PEs on one host goes through a
+// shared-memory ring (shm_ring.hpp) instead of the connection — messages, and the
+// rendezvous's control frames (publish, get_done, the split put's request and answer).
+//
+// Stages: create (each PE makes one ring per peer for what that peer sends it, and its
+// doorbell, before registering with the launcher) -> connect (after the mesh is up, each PE
+// maps the rings it writes to and its peers' doorbells; once every peer has answered our
+// one-sided offer, every peer has mapped ours, and every name is unlinked, so nothing is
+// left in /dev/shm) -> send (copy into the ring now if it fits, else queue and pump as the
+// consumer frees room; a message larger than a chunk goes in several) -> poll (the
+// scheduler's poller copies records out; whole messages go up in order) -> sleep (the
+// poller announces it in each ring; a producer that sees it rings the doorbell, a FIFO the
+// sleeping scheduler polls through io_uring) -> close.
+#include "layer_impl.hpp"
+
+#include <poll.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include <coverse/alloc/message.hpp>
+#include <coverse/runtime/io.hpp>
+
+namespace coverse::rdma {
+
+namespace {
+
+std::string job_tag(std::uint64_t key) {
+    char b[24];
+    std::snprintf(b, sizeof b, "%016" PRIx64, key);
+    return b;
+}
+
+// The ring that carries frames from `from` to `to`; created by `to`.
+std::string ring_name(std::uint64_t key, std::uint32_t to, std::uint32_t from) {
+    return "/coverse-" + job_tag(key) + "-" + std::to_string(to) + "-from-" + std::to_string(from);
+}
+
+std::string bell_path(std::uint64_t key, std::uint32_t pe) {
+    return "/dev/shm/coverse-" + job_tag(key) + "-" + std::to_string(pe) + ".bell";
+}
+
+bool is_message(std::uint8_t type) noexcept {
+    return type == 0 || type == static_cast<std::uint8_t>(net::frame_type::standard);
+}
+
+}  // namespace
+
+void layer::impl::shm_create() {
+    // Every PE decides the same way (same settings, same kernel).
+    shm_wanted = cfg.num_pes > 1 && cfg.shm && sched.io() != nullptr;
+    if (!shm_wanted) return;
+    try {
+        for (std::uint32_t p = 0; p < cfg.num_pes; ++p)
+            if (p != cfg.rank)
+                peers[p].in_ring.emplace(
+                    shm_ring::create(ring_name(cfg.job_key, cfg.rank, p), cfg.shm_ring_bytes));
+        bell.emplace(shm_doorbell::create(bell_path(cfg.job_key, cfg.rank)));
+    } catch (const std::exception& e) {
+        // No shared memory here (no /dev/shm, a small container /dev/shm): this PE's peers
+        // find no ring for it and send over TCP; it sends over TCP too.
+        up.on_notice("coverse: PE " + std::to_string(cfg.rank) + ": " + e.what() +
+                     "; messages to and from this PE use TCP\n");
+        for (auto& p : peers)
+            p.in_ring.reset();
+        bell.reset();
+        shm_failed = true;
+    }
+}
+
+void layer::impl::shm_connect() {
+    if (!shm_wanted || shm_failed) return;
+    for (std::uint32_t p = 0; p < cfg.num_pes; ++p) {
+        if (p == cfg.rank) continue;
+        peer& q = peers[p];
+        if (!q.same_host) {
+            q.in_ring.reset();  // another host: that pair stays on the connection
+            continue;
+        }
+        try {
+            auto ring = shm_ring::open(ring_name(cfg.job_key, p, cfg.rank));
+            auto b = shm_doorbell::open(bell_path(cfg.job_key, p));
+            q.out_ring.emplace(std::move(ring));
+            q.out_bell.emplace(std::move(b));
+        } catch (const std::exception&) {
+            // That PE has no shared memory (it said so): this direction uses the connection.
+        }
+    }
+    poller_ = std::make_unique<ring_poller>(*this);
+    sched.add_poller(*poller_);
+    tasks.spawn(bell_task(this), "shm doorbell", sched);
+}
+
+void layer::impl::shm_unlink() {
+    for (auto& p : peers)
+        if (p.in_ring) p.in_ring->unlink();
+    if (bell) bell->unlink();
+}
+
+task<void> layer::impl::bell_task(impl* self) {
+    // Keeps a poll on the doorbell in io_uring, so a scheduler that sleeps wakes when a
+    // producer rings it.
+    for (;;) {
+        try {
+            const int r = co_await poll_fd(self->bell->fd(), POLLIN);
+            if (r < 0) co_return;
+        } catch (const cancelled_error&) {
+            co_return;
+        }
+        self->bell->drain();
+    }
+}
+
+void layer::impl::ring_send(std::uint32_t dest, net::frame_type type, bool broadcast,
+                            std::uint32_t root, std::span<const std::byte> bytes,
+                            send_completion* done) {
+    peer& p = peers[dest];
+    const auto size = static_cast<std::uint32_t>(bytes.size());
+    const std::uint16_t flags =
+        shm_flags::with_type(broadcast ? shm_flags::broadcast : 0, static_cast<std::uint8_t>(type));
+    if (p.out_queue.empty() && size <= p.out_ring->max_chunk() &&
+        p.out_ring->try_write(bytes, size, flags | shm_flags::first, root)) {
+        if (p.out_ring->take_sleeper()) p.out_bell->ring();
+        done->sent(0);  // in the ring: the buffer may be reused
+        return;
+    }
+    p.out_queue.push_back(ring_out{bytes.data(), size, 0, flags, root, done});
+    ++ring_queued;
+    ring_pump(dest);
+}
+
+namespace {
+// One chunk of a queued message into its ring, if there is room.
+bool pump_one(shm_ring& ring, ring_out& m) {
+    const auto chunk =
+        static_cast<std::uint32_t>(std::min<std::size_t>(m.size - m.offset, ring.max_chunk()));
+    const auto flags = static_cast<std::uint16_t>(m.flags | (m.offset == 0 ? shm_flags::first : 0));
+    if (!ring.try_write(std::span<const std::byte>(m.buf + m.offset, chunk), m.size, flags, m.tag))
+        return false;
+    m.offset += chunk;
+    return true;
+}
+}  // namespace
+
+bool layer::impl::ring_pump(std::uint32_t dest) {
+    peer& p = peers[dest];
+    bool wrote = false;
+    while (!p.out_queue.empty()) {
+        ring_out& m = p.out_queue.front();
+        if (!pump_one(*p.out_ring, m)) break;
+        wrote = true;
+        if (m.offset < m.size && m.size > 0) continue;
+        send_completion* done = m.done;
+        p.out_queue.pop_front();
+        --ring_queued;
+        done->sent(0);
+    }
+    if (wrote && p.out_ring->take_sleeper()) p.out_bell->ring();
+    return wrote;
+}
+
+bool layer::impl::ring_poll() {
+    bool did = false;
+    if (ring_queued)
+        for (std::uint32_t p = 0; p < peers.size(); ++p)
+            if (!peers[p].out_queue.empty()) did |= ring_pump(p);
+    for (std::uint32_t p = 0; p < peers.size(); ++p) {
+        peer& in = peers[p];
+        if (!in.in_ring) continue;
+        // A bounded batch per ring, so one busy sender cannot hold the loop.
+        for (int n = 0; n < 256; ++n) {
+            auto rec = in.in_ring->peek();
+            if (!rec) {
+                if (in.in_ring->corrupt())
+                    up.on_fatal("PE " + std::to_string(cfg.rank) +
+                                ": the shared-memory ring from PE " + std::to_string(p) +
+                                " holds an impossible record (corrupt memory?)");
+                break;
+            }
+            did = true;
+            const std::uint8_t type = shm_flags::type_of(rec->flags);
+            const bool broadcast = (rec->flags & shm_flags::broadcast) != 0;
+            if (!is_message(type)) {
+                // A control frame of the rendezvous: one record, decoded in place.
+                if (!(rec->flags & shm_flags::first) || rec->total != rec->chunk.size() ||
+                    !on_frame(p, static_cast<net::frame_type>(type),
+                              broadcast ? net::frame_flags::broadcast : 0, rec->tag, rec->chunk))
+                    up.on_fatal("PE " + std::to_string(cfg.rank) +
+                                ": the shared-memory ring from PE " + std::to_string(p) +
+                                " holds a record of unknown type " + std::to_string(type));
+                in.in_ring->consume();
+                continue;
+            }
+            if (rec->flags & shm_flags::first) {
+                in.assembling = alloc::msg_alloc(std::max<std::uint32_t>(rec->total, 1));
+                if (!in.assembling)
+                    up.on_fatal("out of memory receiving " + std::to_string(rec->total) + " bytes");
+                in.total = rec->total;
+                in.filled = 0;
+                in.flags = rec->flags;
+                in.tag = rec->tag;
+            }
+            if (!in.assembling || in.filled + rec->chunk.size() > in.total)
+                up.on_fatal("PE " + std::to_string(cfg.rank) + ": the shared-memory ring from PE " +
+                            std::to_string(p) + " is corrupt (a chunk without its message)");
+            std::memcpy(static_cast<std::byte*>(in.assembling) + in.filled, rec->chunk.data(),
+                        rec->chunk.size());
+            in.filled += static_cast<std::uint32_t>(rec->chunk.size());
+            in.in_ring->consume();
+            if (in.filled < in.total) continue;
+            void* msg = std::exchange(in.assembling, nullptr);
+            deliver(p, msg, in.total, (in.flags & shm_flags::broadcast) != 0, in.tag);
+        }
+    }
+    return did;
+}
+
+bool layer::impl::ring_try_sleep() {
+    if (ring_queued) return false;  // still pumping into a full ring: keep polling
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+        if (!peers[i].in_ring) continue;
+        if (!peers[i].in_ring->prepare_sleep()) {
+            for (std::size_t j = 0; j < i; ++j)
+                if (peers[j].in_ring) peers[j].in_ring->cancel_sleep();
+            return false;
+        }
+    }
+    return true;
+}
+
+void layer::impl::ring_wake() {
+    for (auto& p : peers)
+        if (p.in_ring) p.in_ring->cancel_sleep();
+}
+
+void layer::impl::shm_close() {
+    if (poller_) {
+        sched.remove_poller(*poller_);
+        poller_.reset();
+    }
+    for (auto& p : peers) {
+        if (p.assembling) alloc::msg_free(std::exchange(p.assembling, nullptr));
+        p.out_ring.reset();
+        p.out_bell.reset();
+        p.in_ring.reset();
+    }
+    bell.reset();
+}
+
+}  // namespace coverse::rdma
