@@ -11,7 +11,7 @@ pe=$build/tests/tools/doctor_hang_pe
 out=$root/docs/doctor
 command -v dot >/dev/null || { echo "doctor-pictures: needs Graphviz (scripts/setup.sh installs it)" >&2; exit 1; }
 mkdir -p "$out"
-for mode in barrier:4 reply-cycle:2 endless-handler:2; do
+for mode in barrier:4 reply-cycle:2 endless-handler:2 rndv-unfetched:2; do
     name=${mode%%:*} pes=${mode##*:}
     rm -f "$out/$name.txt"
     status=0
