@@ -51,6 +51,14 @@ extern "C" void doctor_spin_forever(void* msg) {
 
 namespace {
 
+// An empty Converse message for `handler` on `pe`.
+void send_empty(int pe, int handler) {
+    void* msg = CmiAlloc(CmiMsgHeaderSizeBytes);
+    CmiInitMsgHeader(msg, CmiMsgHeaderSizeBytes);
+    CmiSetHandler(msg, handler);
+    CmiSyncSendAndFree(pe, CmiMsgHeaderSizeBytes, msg);
+}
+
 coverse::task<void> main_task(coverse::machine& m) {
     const std::uint32_t pe = m.pe();
     write_pid(pe);
@@ -74,10 +82,7 @@ coverse::task<void> main_task(coverse::machine& m) {
         co_await m.send(other, inbox.handler(), none);
     } else if (g_mode == "endless-handler") {
         if (pe == 0) {
-            void* msg = CmiAlloc(CmiMsgHeaderSizeBytes);
-            CmiInitMsgHeader(msg, CmiMsgHeaderSizeBytes);
-            CmiSetHandler(msg, spin);
-            CmiSyncSendAndFree(1, CmiMsgHeaderSizeBytes, msg);
+            send_empty(1, spin);
             (void)co_await coverse::waiting_for(
                 {coverse::wait_kind::reply, 1, 0, "the answer to its request"}, inbox.next());
         } else {
@@ -85,10 +90,7 @@ coverse::task<void> main_task(coverse::machine& m) {
         }
     } else if (g_mode == "rndv-unfetched") {
         if (pe == 0) {
-            void* msg = CmiAlloc(CmiMsgHeaderSizeBytes);
-            CmiInitMsgHeader(msg, CmiMsgHeaderSizeBytes);
-            CmiSetHandler(msg, spin);
-            CmiSyncSendAndFree(1, CmiMsgHeaderSizeBytes, msg);
+            send_empty(1, spin);
             const std::vector<std::byte> big(256 * 1024);
             co_await m.send(1, inbox.handler(), big);
         } else {

@@ -141,6 +141,14 @@ bool contains(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
 }
 
+// Its scheduler is busy, so its responder thread answers for it: the handler and how long.
+void expect_pe1_named_in_its_endless_handler(const std::string& report) {
+    EXPECT_TRUE(
+        std::regex_search(report, std::regex("PE 1: 1 PE ends up waiting on it; it is in handler "
+                                             "[0-9]+ \\(doctor_spin_forever\\) for [0-9.]+ s")))
+        << report;
+}
+
 TEST(doctor, a_barrier_one_pe_never_enters_names_that_pe_and_stops_the_job) {
     job j({"-n", "4", "--report-stuck-after", "1s", "--report-to", "@report", "--dot", "@dot",
            hang_pe, "barrier"});
@@ -183,10 +191,7 @@ TEST(doctor, a_pe_in_an_endless_handler_still_answers_and_is_named) {
            "endless-handler"});
     ASSERT_EQ(j.wait_exit(60s), 124) << j.dump();
     const std::string r = j.file("report");
-    // Its scheduler is busy, so its responder thread answers for it.
-    EXPECT_TRUE(std::regex_search(r, std::regex("PE 1: 1 PE ends up waiting on it; it is in "
-                                                "handler [0-9]+ \\(doctor_spin_forever\\) for")))
-        << r;
+    expect_pe1_named_in_its_endless_handler(r);
     EXPECT_TRUE(contains(r, "its scheduler did not take the state request")) << r;
     EXPECT_TRUE(contains(r, "waits for a reply from PE 1 (the answer to its request)")) << r;
     EXPECT_TRUE(contains(r, "cycles: none")) << r;
@@ -202,9 +207,7 @@ TEST(doctor, a_rendezvous_the_receiver_never_fetches_waits_for_its_get_done) {
         std::regex_search(r, std::regex("waits for get-done from PE 1 \\(handle [0-9]+\\)")))
         << r;
     EXPECT_TRUE(contains(r, "rndv/get 1")) << r;
-    EXPECT_TRUE(std::regex_search(r, std::regex("PE 1: 1 PE ends up waiting on it; it is in "
-                                                "handler [0-9]+ \\(doctor_spin_forever\\)")))
-        << r;
+    expect_pe1_named_in_its_endless_handler(r);
     expect_no_pe_left(j, 2);
 }
 
