@@ -380,8 +380,10 @@ void pe_core::shutdown() {
     // Every pending send first (a rendezvous ends at its get-done), then every rendezvous we
     // are fetching, then the disconnect handshake, which still serves what peers started
     // meanwhile: nothing in flight is lost.
-    const wait_scope w({wait_kind::socket_drain, no_peer, 0, "shutdown: sends in flight"});
-    _sched->run_until([&] { return _sends_in_flight == 0; });
+    {
+        const wait_scope w({wait_kind::socket_drain, no_peer, 0, "shutdown: sends in flight"});
+        _sched->run_until([&] { return _sends_in_flight == 0; });
+    }
     if (_rdma) _rdma->drain();
     if (_mesh) {
         trace::emit(trace::kind::phase_begin, 4);

@@ -250,7 +250,7 @@ task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> ms
     CmiCommHandle h = send(static_cast<int>(dest), static_cast<int>(msg.size()),
                            const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
     while (h && _slots[slot_of(h, "send")].pending > 0)
-        co_await waiting_for({wait_kind::socket_drain, dest, 0, "send"}, _send_waiters.wait());
+        co_await waiting_for({wait_kind::socket_drain, dest, 0, "send not complete"}, _send_waiters.wait());
     release_handle(h, "send");
 }
 
