@@ -225,7 +225,8 @@ TEST(doctor, sigquit_reports_a_healthy_job_with_no_cycle_and_lets_it_go_on) {
     const std::string r = j.file("report");
     EXPECT_TRUE(contains(r, "SIGQUIT")) << r;
     EXPECT_TRUE(contains(r, "cycles: none")) << r;
-    EXPECT_FALSE(contains(r, "waited on:")) << r;
+    // A healthy job may be caught in a passing wait (its start-up barrier): only a cycle
+    // would be a hang.
     EXPECT_FALSE(contains(r, "no answer")) << r;
     std::ofstream(j.path("stop")) << "stop\n";
     EXPECT_EQ(j.wait_exit(60s), 0) << "the job went on after the report\n" << j.dump();
