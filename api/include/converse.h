@@ -15,10 +15,10 @@ extern "C" {
 #endif
 
 /* ---- types --------------------------------------------------------------------------- */
-typedef void (*CmiHandler)(void *msg);
-typedef void (*CmiHandlerEx)(void *msg, void *user_ptr);
-typedef void (*CmiStartFn)(int argc, char **argv);
-typedef void *CmiCommHandle;
+typedef void (*CmiHandler)(void* msg);
+typedef void (*CmiHandlerEx)(void* msg, void* user_ptr);
+typedef void (*CmiStartFn)(int argc, char** argv);
+typedef void* CmiCommHandle;
 typedef int64_t CmiInt8;
 typedef int32_t CmiInt4;
 typedef uint64_t CmiUInt8;
@@ -44,15 +44,13 @@ typedef struct {
 #define CmiMsgHeaderSizeInts (CmiMsgHeaderSizeBytes / 4)
 
 /* ---- start-up and exit ----------------------------------------------------------------- */
-void ConverseInit(int argc, char **argv, CmiStartFn fn, int usched, int initret);
+void ConverseInit(int argc, char** argv, CmiStartFn fn, int usched, int initret);
 /* ConverseExit() and ConverseExit(code) both work, in C and C++. */
 void CoverseConverseExit(int exitcode);
 #define ConverseExit(...) CoverseConverseExit(__VA_ARGS__ + 0)
-void CmiAbort(const char *format, ...) __attribute__((noreturn, format(printf, 1, 2)));
-void CoverseAssertFailed(const char *expr, const char *file, int line)
-    __attribute__((noreturn));
-#define CmiAssert(expr) \
-    ((expr) ? (void)0 : CoverseAssertFailed(#expr, __FILE__, __LINE__))
+void CmiAbort(const char* format, ...) __attribute__((noreturn, format(printf, 1, 2)));
+void CoverseAssertFailed(const char* expr, const char* file, int line) __attribute__((noreturn));
+#define CmiAssert(expr) ((expr) ? (void)0 : CoverseAssertFailed(#expr, __FILE__, __LINE__))
 #define CmiAssertMsg(expr, ...) ((expr) ? (void)0 : CmiAbort(__VA_ARGS__))
 
 /* ---- PEs and nodes ----------------------------------------------------------------------- */
@@ -70,42 +68,42 @@ int CmiNodeFirst(int node);
 int CmiNumCores(void);
 int CmiNumPhysicalNodes(void);
 int CmiPhysicalNodeID(int pe);
-void CmiInitCPUAffinity(char **argv);
-void CmiInitCPUTopology(char **argv);
+void CmiInitCPUAffinity(char** argv);
+void CmiInitCPUTopology(char** argv);
 int CmiSpanTreeParent(int pe);
 int CmiNumSpanTreeChildren(int pe);
-void CmiSpanTreeChildren(int pe, int *children);
+void CmiSpanTreeChildren(int pe, int* children);
 #define CmiNodeSpanTreeParent CmiSpanTreeParent
 #define CmiNumNodeSpanTreeChildren CmiNumSpanTreeChildren
 #define CmiNodeSpanTreeChildren CmiSpanTreeChildren
 
 /* ---- handlers ------------------------------------------------------------------------------ */
 int CmiRegisterHandler(CmiHandler h);
-int CmiRegisterHandlerEx(CmiHandlerEx h, void *user_ptr);
+int CmiRegisterHandlerEx(CmiHandlerEx h, void* user_ptr);
 int CmiRegisterHandlerLocal(CmiHandler h);
 int CmiRegisterHandlerGlobal(CmiHandler h);
 void CmiNumberHandler(int n, CmiHandler h);
-void CmiNumberHandlerEx(int n, CmiHandlerEx h, void *user_ptr);
+void CmiNumberHandlerEx(int n, CmiHandlerEx h, void* user_ptr);
 CmiHandler CmiHandlerToFunction(int handler);
-#define CmiSetHandler(msg, h) (((CmiMsgHeaderBasic *)(void *)(msg))->handler = (uint32_t)(h))
-#define CmiGetHandler(msg) ((int)((CmiMsgHeaderBasic *)(void *)(msg))->handler)
+#define CmiSetHandler(msg, h) (((CmiMsgHeaderBasic*)(void*)(msg))->handler = (uint32_t)(h))
+#define CmiGetHandler(msg) ((int)((CmiMsgHeaderBasic*)(void*)(msg))->handler)
 #define CmiGetHandlerFunction(msg) CmiHandlerToFunction(CmiGetHandler(msg))
-void CmiInitMsgHeader(void *msg, int size);
+void CmiInitMsgHeader(void* msg, int size);
 
 /* ---- message memory --------------------------------------------------------------------- */
-void *CmiAlloc(int size);
-void CmiFree(void *msg);
-void CmiReference(void *msg);
-int CmiSize(void *msg);
-int CmiGetReference(void *msg);
+void* CmiAlloc(int size);
+void CmiFree(void* msg);
+void CmiReference(void* msg);
+int CmiSize(void* msg);
+int CmiGetReference(void* msg);
 
 /* ---- point-to-point sends ------------------------------------------------------------------
  * Sync: returns when the buffer may be reused (a message on the stack is legal).
  * AndFree: takes ownership of a CmiAlloc'd message. Async: returns a handle (0: the buffer
  * is free at once); poll it with CmiAsyncMsgSent and drop it with CmiReleaseCommHandle. */
-void CmiSyncSend(int dest_pe, int size, void *msg);
-void CmiSyncSendAndFree(int dest_pe, int size, void *msg);
-CmiCommHandle CmiAsyncSend(int dest_pe, int size, void *msg);
+void CmiSyncSend(int dest_pe, int size, void* msg);
+void CmiSyncSendAndFree(int dest_pe, int size, void* msg);
+CmiCommHandle CmiAsyncSend(int dest_pe, int size, void* msg);
 #define CmiSyncNodeSend CmiSyncSend
 #define CmiSyncNodeSendAndFree CmiSyncSendAndFree
 #define CmiAsyncNodeSend CmiAsyncSend
@@ -113,29 +111,29 @@ int CmiAsyncMsgSent(CmiCommHandle handle);
 void CmiReleaseCommHandle(CmiCommHandle handle);
 int CmiAllAsyncMsgsSent(void);
 
-void CmiSyncVectorSend(int dest_pe, int n, int *sizes, char **pieces);
-void CmiSyncVectorSendAndFree(int dest_pe, int n, int *sizes, char **pieces);
-CmiCommHandle CmiAsyncVectorSend(int dest_pe, int n, int *sizes, char **pieces);
-void CmiMultipleSend(unsigned int dest_pe, int n, int *sizes, char **msgs);
+void CmiSyncVectorSend(int dest_pe, int n, int* sizes, char** pieces);
+void CmiSyncVectorSendAndFree(int dest_pe, int n, int* sizes, char** pieces);
+CmiCommHandle CmiAsyncVectorSend(int dest_pe, int n, int* sizes, char** pieces);
+void CmiMultipleSend(unsigned int dest_pe, int n, int* sizes, char** msgs);
 void CmiInitMultipleSendRoutine(void);
 
-void CmiSyncListSend(int npes, const int *pes, int size, void *msg);
-void CmiSyncListSendAndFree(int npes, const int *pes, int size, void *msg);
-CmiCommHandle CmiAsyncListSend(int npes, const int *pes, int size, void *msg);
+void CmiSyncListSend(int npes, const int* pes, int size, void* msg);
+void CmiSyncListSendAndFree(int npes, const int* pes, int size, void* msg);
+CmiCommHandle CmiAsyncListSend(int npes, const int* pes, int size, void* msg);
 
-CmiGroup CmiEstablishGroup(int npes, int *pes);
-void CmiLookupGroup(CmiGroup grp, int *npes, int **pes);
-void CmiSyncMulticast(CmiGroup grp, int size, void *msg);
-void CmiSyncMulticastAndFree(CmiGroup grp, int size, void *msg);
-CmiCommHandle CmiAsyncMulticast(CmiGroup grp, int size, void *msg);
+CmiGroup CmiEstablishGroup(int npes, int* pes);
+void CmiLookupGroup(CmiGroup grp, int* npes, int** pes);
+void CmiSyncMulticast(CmiGroup grp, int size, void* msg);
+void CmiSyncMulticastAndFree(CmiGroup grp, int size, void* msg);
+CmiCommHandle CmiAsyncMulticast(CmiGroup grp, int size, void* msg);
 
 /* ---- broadcasts (Broadcast excludes the sender, BroadcastAll includes it) --------------- */
-void CmiSyncBroadcast(int size, void *msg);
-void CmiSyncBroadcastAndFree(int size, void *msg);
-void CmiSyncBroadcastAll(int size, void *msg);
-void CmiSyncBroadcastAllAndFree(int size, void *msg);
-CmiCommHandle CmiAsyncBroadcast(int size, void *msg);
-CmiCommHandle CmiAsyncBroadcastAll(int size, void *msg);
+void CmiSyncBroadcast(int size, void* msg);
+void CmiSyncBroadcastAndFree(int size, void* msg);
+void CmiSyncBroadcastAll(int size, void* msg);
+void CmiSyncBroadcastAllAndFree(int size, void* msg);
+CmiCommHandle CmiAsyncBroadcast(int size, void* msg);
+CmiCommHandle CmiAsyncBroadcastAll(int size, void* msg);
 #define CmiSyncNodeBroadcast CmiSyncBroadcast
 #define CmiSyncNodeBroadcastAndFree CmiSyncBroadcastAndFree
 #define CmiSyncNodeBroadcastAll CmiSyncBroadcastAll
@@ -149,13 +147,13 @@ int CmiBarrierZero(void);
 #define CmiNodeBarrier CmiBarrier
 #define CmiNodeAllBarrier CmiBarrier
 
-typedef struct coverse_pup *pup_er;
-typedef void *(*CmiReduceMergeFn)(int *size, void *local, void **remote, int count);
-typedef void (*CmiReducePupFn)(pup_er p, void *data);
-typedef void (*CmiReduceDeleteFn)(void *data);
+typedef struct coverse_pup* pup_er;
+typedef void* (*CmiReduceMergeFn)(int* size, void* local, void** remote, int count);
+typedef void (*CmiReducePupFn)(pup_er p, void* data);
+typedef void (*CmiReduceDeleteFn)(void* data);
 typedef int CmiReductionID;
-void CmiReduce(void *msg, int size, CmiReduceMergeFn merge);
-void CmiReduceStruct(void *data, CmiReducePupFn pup, CmiReduceMergeFn merge, CmiHandler dest,
+void CmiReduce(void* msg, int size, CmiReduceMergeFn merge);
+void CmiReduceStruct(void* data, CmiReducePupFn pup, CmiReduceMergeFn merge, CmiHandler dest,
                      CmiReduceDeleteFn del);
 #define CmiNodeReduce CmiReduce
 #define CmiNodeReduceStruct CmiReduceStruct
@@ -164,17 +162,17 @@ void CmiReduceStruct(void *data, CmiReducePupFn pup, CmiReduceMergeFn merge, Cmi
 int pup_isPacking(const pup_er p);
 int pup_isUnpacking(const pup_er p);
 int pup_isSizing(const pup_er p);
-void pup_bytes(pup_er p, void *ptr, size_t nbytes);
-void pup_char(pup_er p, char *v);
-void pup_chars(pup_er p, char *v, size_t n);
-void pup_int(pup_er p, int *v);
-void pup_ints(pup_er p, int *v, size_t n);
-void pup_long(pup_er p, long *v);
-void pup_longs(pup_er p, long *v, size_t n);
-void pup_float(pup_er p, float *v);
-void pup_floats(pup_er p, float *v, size_t n);
-void pup_double(pup_er p, double *v);
-void pup_doubles(pup_er p, double *v, size_t n);
+void pup_bytes(pup_er p, void* ptr, size_t nbytes);
+void pup_char(pup_er p, char* v);
+void pup_chars(pup_er p, char* v, size_t n);
+void pup_int(pup_er p, int* v);
+void pup_ints(pup_er p, int* v, size_t n);
+void pup_long(pup_er p, long* v);
+void pup_longs(pup_er p, long* v, size_t n);
+void pup_float(pup_er p, float* v);
+void pup_floats(pup_er p, float* v, size_t n);
+void pup_double(pup_er p, double* v);
+void pup_doubles(pup_er p, double* v, size_t n);
 
 /* ---- the scheduler ------------------------------------------------------------------------ */
 #define CQS_QUEUEING_FIFO 2
@@ -193,10 +191,10 @@ void CsdSchedulePoll(void);
 void CsdExitScheduler(void);
 /* prioptr: int (IFIFO/ILIFO), int64 (LFIFO/LLIFO) or unsigned bit-vector words
  * (BFIFO/BLIFO, priobits long); not copied: it must live until the message is delivered. */
-void CsdEnqueueGeneral(void *msg, int strategy, int priobits, const void *prioptr);
-#define CsdEnqueue(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_FIFO, 0, (void *)0)
-#define CsdEnqueueFifo(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_FIFO, 0, (void *)0)
-#define CsdEnqueueLifo(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_LIFO, 0, (void *)0)
+void CsdEnqueueGeneral(void* msg, int strategy, int priobits, const void* prioptr);
+#define CsdEnqueue(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_FIFO, 0, (void*)0)
+#define CsdEnqueueFifo(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_FIFO, 0, (void*)0)
+#define CsdEnqueueLifo(msg) CsdEnqueueGeneral((msg), CQS_QUEUEING_LIFO, 0, (void*)0)
 #define CsdNodeEnqueueGeneral CsdEnqueueGeneral
 #define CsdNodeEnqueue CsdEnqueue
 #define CsdNodeEnqueueFifo CsdEnqueueFifo
@@ -206,11 +204,11 @@ int CsdEmpty(void);
 int CsdLength(void);
 int CmiDeliverMsgs(int max_msgs);
 void CmiDeliverSpecificMsg(int handler);
-void *CmiGetNonLocal(void);
-void CmiHandleMessage(void *msg);
+void* CmiGetNonLocal(void);
+void CmiHandleMessage(void* msg);
 
 /* ---- conditions and timed callbacks -------------------------------------------------------- */
-typedef void (*CcdVoidFn)(void *arg, double now_wall);
+typedef void (*CcdVoidFn)(void* arg, double now_wall);
 #define CcdPROCESSOR_BEGIN_BUSY 0
 #define CcdPROCESSOR_END_IDLE 0
 #define CcdPROCESSOR_BEGIN_IDLE 1
@@ -224,12 +222,12 @@ typedef void (*CcdVoidFn)(void *arg, double now_wall);
 #define CcdQUIESCENCE 30
 #define CcdUSER 48
 #define CcdUSERMAX 127
-int CcdCallOnCondition(int condnum, CcdVoidFn fn, void *arg);
-int CcdCallOnConditionKeep(int condnum, CcdVoidFn fn, void *arg);
+int CcdCallOnCondition(int condnum, CcdVoidFn fn, void* arg);
+int CcdCallOnConditionKeep(int condnum, CcdVoidFn fn, void* arg);
 void CcdCancelCallOnCondition(int condnum, int idx);
 void CcdCancelCallOnConditionKeep(int condnum, int idx);
 void CcdRaiseCondition(int condnum);
-void CcdCallFnAfter(CcdVoidFn fn, void *arg, double msecs);
+void CcdCallFnAfter(CcdVoidFn fn, void* arg, double msecs);
 
 /* ---- timers -------------------------------------------------------------------------------- */
 double CmiWallTimer(void);
@@ -238,25 +236,25 @@ double CmiTimer(void);
 double CmiStartTimer(void);
 
 /* ---- output and input through the launcher (whole lines) ---------------------------------- */
-int CmiPrintf(const char *format, ...) __attribute__((format(printf, 1, 2)));
-int CmiError(const char *format, ...) __attribute__((format(printf, 1, 2)));
-int CmiScanf(const char *format, ...) __attribute__((format(scanf, 1, 2)));
+int CmiPrintf(const char* format, ...) __attribute__((format(printf, 1, 2)));
+int CmiError(const char* format, ...) __attribute__((format(printf, 1, 2)));
+int CmiScanf(const char* format, ...) __attribute__((format(scanf, 1, 2)));
 
 /* ---- command-line arguments (runtime +/++ flags are gone before the program sees argv) --- */
-int CmiGetArgc(char **argv);
-char **CmiCopyArgs(char **argv);
-void CmiDeleteArgs(char **argv, int k);
-int CmiGetArgInt(char **argv, const char *arg, int *out);
-int CmiGetArgIntDesc(char **argv, const char *arg, int *out, const char *desc);
-int CmiGetArgLong(char **argv, const char *arg, CmiInt8 *out);
-int CmiGetArgLongDesc(char **argv, const char *arg, CmiInt8 *out, const char *desc);
-int CmiGetArgDouble(char **argv, const char *arg, double *out);
-int CmiGetArgDoubleDesc(char **argv, const char *arg, double *out, const char *desc);
-int CmiGetArgString(char **argv, const char *arg, char **out);
-int CmiGetArgStringDesc(char **argv, const char *arg, char **out, const char *desc);
-int CmiGetArgFlag(char **argv, const char *arg);
-int CmiGetArgFlagDesc(char **argv, const char *arg, const char *desc);
-void CmiArgGroup(const char *parent, const char *group);
+int CmiGetArgc(char** argv);
+char** CmiCopyArgs(char** argv);
+void CmiDeleteArgs(char** argv, int k);
+int CmiGetArgInt(char** argv, const char* arg, int* out);
+int CmiGetArgIntDesc(char** argv, const char* arg, int* out, const char* desc);
+int CmiGetArgLong(char** argv, const char* arg, CmiInt8* out);
+int CmiGetArgLongDesc(char** argv, const char* arg, CmiInt8* out, const char* desc);
+int CmiGetArgDouble(char** argv, const char* arg, double* out);
+int CmiGetArgDoubleDesc(char** argv, const char* arg, double* out, const char* desc);
+int CmiGetArgString(char** argv, const char* arg, char** out);
+int CmiGetArgStringDesc(char** argv, const char* arg, char** out, const char* desc);
+int CmiGetArgFlag(char** argv, const char* arg);
+int CmiGetArgFlagDesc(char** argv, const char* arg, const char* desc);
+void CmiArgGroup(const char* parent, const char* group);
 
 /* ---- random numbers (per PE) --------------------------------------------------------------- */
 int CrnRand(void);
