@@ -6,6 +6,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/* As Charm++'s converse.h does: many Converse programs call printf, malloc or memcpy
+ * without including these themselves. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifdef __cplusplus
 #define COVERSE_EXTERN_C extern "C"
@@ -207,27 +212,128 @@ void CmiDeliverSpecificMsg(int handler);
 void* CmiGetNonLocal(void);
 void CmiHandleMessage(void* msg);
 
-/* ---- conditions and timed callbacks -------------------------------------------------------- */
-typedef void (*CcdVoidFn)(void* arg, double now_wall);
-#define CcdPROCESSOR_BEGIN_BUSY 0
-#define CcdPROCESSOR_END_IDLE 0
-#define CcdPROCESSOR_BEGIN_IDLE 1
-#define CcdPROCESSOR_END_BUSY 1
-#define CcdPROCESSOR_STILL_IDLE 2
-#define CcdPERIODIC 16
-#define CcdPERIODIC_10ms 17
-#define CcdPERIODIC_100ms 18
-#define CcdPERIODIC_1second 19
-#define CcdPERIODIC_1s 19
-#define CcdQUIESCENCE 30
-#define CcdUSER 48
+/* ---- conditions and timed callbacks (Charm++ 8's numbers and callback types) ----------- */
+typedef void (*CcdCondFn)(void* arg);                  /* CcdCallOnCondition callbacks */
+typedef void (*CcdVoidFn)(void* arg, double now_wall); /* CcdCallFnAfter callbacks */
+#define CcdSCHEDLOOP 0
+#define CcdPROCESSOR_BEGIN_BUSY 1
+#define CcdPROCESSOR_END_IDLE 1
+#define CcdPROCESSOR_BEGIN_IDLE 2
+#define CcdPROCESSOR_END_BUSY 2
+#define CcdPROCESSOR_STILL_IDLE 3 /* raised every few ms while the PE stays idle */
+#define CcdPROCESSOR_LONG_IDLE 4  /* raised once an idle spell passes LONG_IDLE_TIME */
+#define CcdPERIODIC_FIRST 5
+#define CcdPERIODIC 5 /* every few ms */
+#define CcdPERIODIC_10ms 6
+#define CcdPERIODIC_100ms 7
+#define CcdPERIODIC_1second 8
+#define CcdPERIODIC_1s 8
+#define CcdPERIODIC_5s 9
+#define CcdPERIODIC_5seconds 9
+#define CcdPERIODIC_10second 10
+#define CcdPERIODIC_10seconds 10
+#define CcdPERIODIC_10s 10
+#define CcdPERIODIC_1minute 11
+#define CcdPERIODIC_2minute 12
+#define CcdPERIODIC_5minute 13
+#define CcdPERIODIC_10minute 14
+#define CcdPERIODIC_1hour 15
+#define CcdPERIODIC_12hour 16
+#define CcdPERIODIC_1day 17
+#define CcdPERIODIC_LAST 18 /* last periodic condition + 1 */
+#define CcdQUIESCENCE 18    /* no message in flight anywhere, every queue empty */
+#define CcdTOPOLOGY_AVAIL 19
+#define CcdSIGUSR1 20
+#define CcdSIGUSR2 21
+#define CcdUSER 22
 #define CcdUSERMAX 127
-int CcdCallOnCondition(int condnum, CcdVoidFn fn, void* arg);
-int CcdCallOnConditionKeep(int condnum, CcdVoidFn fn, void* arg);
+#define CcdIGNOREPE (-2)
+int CcdCallOnCondition(int condnum, CcdCondFn fn, void* arg);
+int CcdCallOnConditionKeep(int condnum, CcdCondFn fn, void* arg);
+/* pe: the PE that registers; CcdIGNOREPE (or this PE) registers here, another PE aborts
+ * (one process is one PE: no other PE shares this process's condition table). */
+int CcdCallOnConditionOnPE(int condnum, CcdCondFn fn, void* arg, int pe);
+int CcdCallOnConditionKeepOnPE(int condnum, CcdCondFn fn, void* arg, int pe);
 void CcdCancelCallOnCondition(int condnum, int idx);
 void CcdCancelCallOnConditionKeep(int condnum, int idx);
 void CcdRaiseCondition(int condnum);
 void CcdCallFnAfter(CcdVoidFn fn, void* arg, double msecs);
+void CcdCallFnAfterOnPE(CcdVoidFn fn, void* arg, double msecs, int pe);
+void CcdCallBacks(void);
+/* Older Converse's condition callbacks took (arg, now) too: the C++ overloads below. */
+int CoverseCcdCallOnConditionTimed(int condnum, CcdVoidFn fn, void* arg, int keep);
+
+/* ---- locks (one PE per process: they guard against a program's own helper threads) ---- */
+typedef struct CoverseNodeLock* CmiNodeLock;
+CmiNodeLock CmiCreateLock(void);
+void CmiLock(CmiNodeLock lock);
+void CmiUnlock(CmiNodeLock lock);
+int CmiTryLock(CmiNodeLock lock); /* 0: taken; non-zero: held by another thread */
+void CmiDestroyLock(CmiNodeLock lock);
+void CmiMemLock(void);
+void CmiMemUnlock(void);
+void CmiNotifyIdle(void);
+
+/* ---- Cth: user-level threads --------------------------------------------------------------
+ * Non-preemptive threads with their own stacks (guard page below each; CTH_STACK_SIZE), run
+ * by the PE's scheduler: CthAwaken queues a thread's token in the Csd queue, and the
+ * scheduler resumes it when the token comes up. A thread that suspends gives the PE back to
+ * the scheduler, also when it suspends inside a handler: protocol work and other messages go
+ * on meanwhile. */
+typedef struct CthThreadStruct* CthThread;
+typedef struct {
+    char cmicore[CmiMsgHeaderSizeBytes]; /* a token is queued like a message */
+    CthThread thread;
+    int serialNo;
+} CthThreadToken;
+typedef void (*CthVoidFn)(void* arg);
+typedef void (*CthAwkFn)(CthThreadToken* token, int strategy, int prioBits, unsigned int* prioptr);
+typedef CthThread (*CthThFn)(void);
+
+int CthImplemented(void);
+CthThread CthSelf(void);
+int CthIsMainThread(CthThread t);
+CthThread CthCreate(CthVoidFn fn, void* arg, int size); /* size 0: CTH_STACK_SIZE */
+CthThread CthCreateMigratable(CthVoidFn fn, void* arg, int size);
+int CthMigratable(void);
+CthThreadToken* CthGetToken(CthThread t);
+void CthResume(CthThread t);
+void CthSuspend(void);
+void CthAwaken(CthThread t);
+void CthAwakenPrio(CthThread t, int strategy, int prioBits, unsigned int* prioptr);
+void CthYield(void);
+void CthYieldPrio(int strategy, int prioBits, unsigned int* prioptr);
+void CthSetStrategy(CthThread t, CthAwkFn awakenfn, CthThFn choosefn);
+void CthSetStrategyDefault(CthThread t);
+void CthSwitchThread(CthThread t);
+void CthFree(CthThread t);
+void CthSetNext(CthThread t, CthThread next);
+CthThread CthGetNext(CthThread t);
+void CthSetSerialNo(CthThread t, int no);
+
+/* Ctv: thread-private variables (one copy per Cth thread, the main thread included). */
+size_t CthRegister(size_t dataSize);
+void CthRegistered(size_t dataOffMax);
+char* CthGetData(CthThread t);
+
+/* ---- Cfuture: a value set once (from any PE) and waited for on the PE that made it ------ */
+typedef struct Cfuture_s {
+    int pe;
+    struct Cfuture_data_s* data;
+} Cfuture;
+Cfuture CfutureCreate(void);
+void CfutureSet(Cfuture f, void* val, int len);
+void* CfutureWait(Cfuture f); /* suspends the calling thread until set; the value's copy */
+void CfutureDestroy(Cfuture f);
+void* CfutureCreateBuffer(int bytes);
+void CfutureDestroyBuffer(void* val);
+void CfutureStoreBuffer(Cfuture f, void* value);
+#define CfuturePE(f) ((f).pe)
+void CfutureInit(void);
+
+/* ---- quiescence (see conv-qd.h): CcdQUIESCENCE is raised on every PE once detected --- */
+typedef CcdCondFn CQdVoidFn;
+void CmiStartQD(CQdVoidFn fn, void* arg);
 
 /* ---- timers -------------------------------------------------------------------------------- */
 double CmiWallTimer(void);
@@ -261,7 +367,17 @@ int CrnRand(void);
 double CrnDrand(void);
 void CrnSrand(unsigned int seed);
 
+/* Aborts unless rank is 0 (this process's only rank); returns 0 (CpvAccessOther). */
+int CoverseCheckRank(int rank);
+
 #ifdef __cplusplus
+}
+/* Older Converse's (arg, now) condition callbacks, for C++ callers. */
+inline int CcdCallOnCondition(int condnum, CcdVoidFn fn, void* arg) {
+    return CoverseCcdCallOnConditionTimed(condnum, fn, arg, 0);
+}
+inline int CcdCallOnConditionKeep(int condnum, CcdVoidFn fn, void* arg) {
+    return CoverseCcdCallOnConditionTimed(condnum, fn, arg, 1);
 }
 #endif
 
@@ -273,12 +389,44 @@ void CrnSrand(unsigned int seed);
 #define CpvInitialize(t, v) ((void)0)
 #define CpvInitialized(v) 1
 #define CpvAccess(v) Cpv_##v
-#define CpvAccessOther(v, r) Cpv_##v
+#define CpvAccessOther(v, r) (*(&Cpv_##v + CoverseCheckRank(r)))
+#define CpvCExtern(t, v) CpvExtern(t, v)
 #define CsvDeclare(t, v) t Csv_##v
 #define CsvStaticDeclare(t, v) static t Csv_##v
 #define CsvExtern(t, v) extern t Csv_##v
 #define CsvInitialize(t, v) ((void)0)
 #define CsvInitialized(v) 1
 #define CsvAccess(v) Csv_##v
+
+/* Cth thread-private variables: an offset into each thread's data block. */
+#define CthCpvDeclare(t, v) CpvDeclare(t, v)
+#define CthCpvExtern(t, v) CpvExtern(t, v)
+#define CthCpvStatic(t, v) CpvStaticDeclare(t, v)
+#define CthCpvInitialize(t, v) CpvInitialize(t, v)
+#define CthCpvAccess(x) CpvAccess(x)
+#ifdef __cplusplus
+extern "C" char* Cpv_CthData; /* the running thread's data block */
+#else
+extern char* Cpv_CthData;
+#endif
+#define CtvDeclare(t, v)  \
+    typedef t CtvType##v; \
+    CsvDeclare(int, CtvOffs##v) = (-1)
+#define CtvStaticDeclare(t, v) \
+    typedef t CtvType##v;      \
+    CsvStaticDeclare(int, CtvOffs##v) = (-1)
+#define CtvExtern(t, v)   \
+    typedef t CtvType##v; \
+    CsvExtern(int, CtvOffs##v)
+#define CtvAccess(v) (*((CtvType##v*)(CthCpvAccess(CthData) + CsvAccess(CtvOffs##v))))
+#define CtvAccessOther(t, v) (*((CtvType##v*)(CthGetData(t) + CsvAccess(CtvOffs##v))))
+#define CtvInitialize(t, v)                                                    \
+    do {                                                                       \
+        if (CsvAccess(CtvOffs##v) == (-1))                                     \
+            CsvAccess(CtvOffs##v) = (int)CthRegister(sizeof(CtvType##v));      \
+        else                                                                   \
+            CthRegistered((size_t)CsvAccess(CtvOffs##v) + sizeof(CtvType##v)); \
+    } while (0)
+#define CtvInitialized(v) (CsvAccess(CtvOffs##v) != (-1))
 
 #endif /* COVERSE_CONVERSE_H */

@@ -3,6 +3,8 @@
 // dispatch.cpp, conditions.cpp, collectives.cpp, pe_core_shm.cpp (see pe_core.hpp).
 #include "pe_core.hpp"
 
+#include "compat.hpp"
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -135,6 +137,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         },
         nullptr, nullptr};
     _conditions_keep.resize(CcdUSERMAX + 1);
+    compat_install(*this);  // Cth threads, futures, quiescence
 
     const net::backend_kind kind = net::backend_kind_from_env();
     scheduler_options so = scheduler_options::from_env();
