@@ -161,6 +161,9 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         _num_pes = 1;
         start_trace(_sched->io() ? "io_uring (no network: one PE)" : "none (one PE)");
     }
+    if (_pe == 0)  // once per job: a misspelt COVERSE_* or CMI_VMI_* variable does nothing
+        for (const std::string& w : settings::unknown_environment_warnings())
+            std::fprintf(stderr, "%s\n", w.c_str());
     if (_send_seq.size() != _num_pes) {  // one PE: no network start-up set them
         _send_seq.assign(_num_pes, 0);
         _recv_seq.assign(_num_pes, 0);
