@@ -14,6 +14,16 @@ fail() { echo "install_test: $*" >&2; exit 1; }
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null || fail "cmake --install failed"
 [ -x "$tmp/prefix/bin/coverse-run" ] || fail "bin/coverse-run was not installed"
 [ -f "$tmp/prefix/include/converse.h" ] || fail "include/converse.h was not installed"
+# Every installed tool starts from the prefix alone (coverse-perf once could not find
+# libcoverse.so: it had no run path).
+tools=0
+for tool in "$tmp/prefix/bin/"*; do
+    out=$(env -u LD_LIBRARY_PATH "$tool" --help 2>&1) || fail "$tool --help failed: $out"
+    tools=$((tools + 1))
+done
+[ "$tools" -ge 4 ] || fail "expected at least 4 installed tools, found $tools"
+out=$(env -u LD_LIBRARY_PATH "$tmp/prefix/bin/coverse-run" -n 2 "$tmp/prefix/bin/coverse-perf" \
+    --help 2>&1) || fail "coverse-perf did not run on 2 PEs from the prefix: $out"
 pc=$(find "$tmp/prefix" -name coverse.pc | head -n 1)
 [ -n "$pc" ] || fail "coverse.pc was not installed"
 export PKG_CONFIG_PATH=$(dirname "$pc")
