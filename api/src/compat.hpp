@@ -16,6 +16,10 @@ void quiescence_start(pe_core& core);
 /// Quiescence: the PE went idle; answers a pending detection round.
 void quiescence_idle(pe_core& core);
 
+/// Under the launcher: the program's stdout becomes line-buffered and goes through the
+/// launcher like CmiPrintf, so a PE's printf and CmiPrintf lines keep their order.
+void relay_stdout();
+
 void cth_install(pe_core& core);
 void futures_install(pe_core& core);
 void quiescence_install(pe_core& core);

@@ -77,6 +77,7 @@ void ConverseInit(int argc, char** argv, CmiStartFn fn, int usched, int initret)
 
 void CoverseConverseExit(int exitcode) {
     auto& slot = coverse::detail::core_slot();
+    std::fflush(stdout);  // a last printf line still goes through the launcher, in order
     if (slot) {
         try {
             slot->shutdown();
@@ -559,6 +560,7 @@ int CmiPrintf(const char* format, ...) {
     va_start(ap, format);
     const std::string text = vformat(format, ap);
     va_end(ap);
+    std::fflush(stdout);  // the program's own printf lines before this one
     if (auto* c = pe_core::instance())
         c->print(text, false);
     else
@@ -570,6 +572,7 @@ int CmiError(const char* format, ...) {
     va_start(ap, format);
     const std::string text = vformat(format, ap);
     va_end(ap);
+    std::fflush(stdout);
     if (auto* c = pe_core::instance())
         c->print(text, true);
     else

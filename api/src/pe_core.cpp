@@ -150,6 +150,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     _instance = this;
 
     if (info) {
+        relay_stdout();  // printf lines through the launcher, line by line, in order
         try {
             start_networked(*info);
         } catch (...) {
