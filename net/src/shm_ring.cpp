@@ -59,7 +59,8 @@ shm_ring::shm_ring(shm_ring&& o) noexcept
       _h(std::exchange(o._h, nullptr)),
       _map_bytes(std::exchange(o._map_bytes, 0)),
       _pending_advance(o._pending_advance),
-      _linked(std::exchange(o._linked, false)) {}
+      _linked(std::exchange(o._linked, false)),
+      _corrupt(o._corrupt) {}
 
 shm_ring& shm_ring::operator=(shm_ring&& o) noexcept {
     if (this != &o) {
