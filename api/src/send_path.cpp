@@ -112,6 +112,12 @@ void pe_core::frame_sent(void* ctx, int result) {
 
 void pe_core::frame_sent(void* ctx, int result, std::uint32_t dest) {
     pe_core& self = *_instance;
+    if (result == -EMSGSIZE && !self._shut_down)  // a size limit, not a dead peer
+        self.fatal("PE " + std::to_string(self._pe) + " could not send a message" +
+                   (dest != 0xFFFF'FFFFu ? " to PE " + std::to_string(dest) : std::string()) +
+                   ": it is larger than MAX_MESSAGE (" +
+                   std::to_string(net::max_message_from_env()) +
+                   " bytes); raise it on every PE, e.g. ++set MAX_MESSAGE=256M");
     if (result < 0 && !self._shut_down)
         self.peer_lost(
             "PE " + std::to_string(self._pe) + " could not send a message" +
