@@ -23,5 +23,6 @@ void relay_stdout();
 void cth_install(pe_core& core);
 void futures_install(pe_core& core);
 void quiescence_install(pe_core& core);
+void cpm_install(pe_core& core);
 
 }  // namespace coverse::detail

@@ -59,6 +59,8 @@ enum class internal_handler : std::uint32_t {
     qd_request,       // quiescence: PE 0 asks for counts once idle
     qd_reply,         // quiescence: a PE's counts (to PE 0)
     qd_done,          // quiescence: detected; raise CcdQUIESCENCE
+    cpm_enqueue,      // Cpm: a CpmEnqueue* message goes into the Csd queue (cpm.cpp)
+    cpm_thread,       // Cpm: a CpmMakeThread message runs in a new Cth thread
 };
 
 /// What a pup_er points at: coverse sizes and packs (reductions of structs), never unpacks.

@@ -164,6 +164,7 @@ void compat_install(pe_core& core) {
     cth_install(core);
     futures_install(core);
     quiescence_install(core);
+    cpm_install(core);
 }
 
 void quiescence_start(pe_core& core) {
