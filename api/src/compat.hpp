@@ -24,5 +24,6 @@ void cth_install(pe_core& core);
 void futures_install(pe_core& core);
 void quiescence_install(pe_core& core);
 void cpm_install(pe_core& core);
+void cpthreads_install(pe_core& core);
 
 }  // namespace coverse::detail

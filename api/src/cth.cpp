@@ -61,6 +61,7 @@ struct CthThreadStruct {
     bool is_main = false;
     bool is_standin = false;
     bool exited = false;
+    bool free_requested = false;        // CthFree(CthSelf()): gone at its next suspend
     bool queued = false;                // its token is in the Csd queue
     bool suspended_scheduling = false;  // suspended while it ran the scheduler loop
     void* fake_stack = nullptr;         // ASan's fake stack while switched out
@@ -178,18 +179,23 @@ void switch_to(CthThread next) {
     arrived(cur, switched_from);
 }
 
-void thread_entry() {
+[[noreturn]] void finish_current() {
+    // Finished: free it from the next thread's stack, and never come back here.
     auto& s = state();
     CthThread self = s.current;
-    arrived(self, switched_from);
-    self->fn(self->arg);
-    // Finished: free it from the next thread's stack, and never come back here.
     self->exited = true;
     s.graveyard.push_back(self);
     CthThread next = self->choose_fn ? self->choose_fn() : s.scheduling;
     if (!next || next == self) next = s.scheduling;
     switch_to(next);
     std::abort();  // unreachable: nothing switches to an exited thread
+}
+
+void thread_entry() {
+    CthThread self = state().current;
+    arrived(self, switched_from);
+    self->fn(self->arg);
+    finish_current();
 }
 
 CthThread new_thread(CthVoidFn fn, void* arg, int size) {
@@ -267,6 +273,8 @@ void after_resume() {
 void suspend_current() {
     auto& s = state();
     CthThread cur = s.current;
+    // Converse's way to end a thread from anywhere: CthFree(CthSelf()); CthSuspend();
+    if (cur->free_requested && !cur->is_main && !cur->is_standin) finish_current();
     CthThread next = cur->choose_fn ? cur->choose_fn() : nullptr;
     if (!next) {
         if (cur == s.scheduling) {
@@ -392,8 +400,11 @@ void CthSetStrategyDefault(CthThread t) {
 void CthFree(CthThread t) {
     if (!t || t->is_main || t->is_standin) return;
     auto& s = state();
-    if (t == s.current) return;  // freed when its function returns
-    if (t->exited) return;       // already in the graveyard
+    if (t == s.current) {  // ends at its next CthSuspend, or when its function returns
+        t->free_requested = true;
+        return;
+    }
+    if (t->exited) return;  // already in the graveyard
     coverse::detail::release_thread(t);
 }
 void CthSetNext(CthThread t, CthThread next) {

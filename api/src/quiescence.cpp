@@ -165,6 +165,7 @@ void compat_install(pe_core& core) {
     futures_install(core);
     quiescence_install(core);
     cpm_install(core);
+    cpthreads_install(core);
 }
 
 void quiescence_start(pe_core& core) {
