@@ -379,6 +379,15 @@ inline int CcdCallOnCondition(int condnum, CcdVoidFn fn, void* arg) {
 inline int CcdCallOnConditionKeep(int condnum, CcdVoidFn fn, void* arg) {
     return CoverseCcdCallOnConditionTimed(condnum, fn, arg, 1);
 }
+/* Older Converse's CthVoidFn was void (*)(): a C++ function of no arguments. It is called
+ * with the argument, which it ignores (as it did under the old form). */
+inline CthThread CthCreate(void (*fn)(), void* arg, int size) {
+    return CthCreate(reinterpret_cast<CthVoidFn>(reinterpret_cast<void (*)(void)>(fn)), arg, size);
+}
+inline CthThread CthCreateMigratable(void (*fn)(), void* arg, int size) {
+    return CthCreateMigratable(reinterpret_cast<CthVoidFn>(reinterpret_cast<void (*)(void)>(fn)),
+                               arg, size);
+}
 #endif
 
 /* ---- pseudo-globals: one PE per process, so PE-private (Cpv) and node-shared (Csv)
