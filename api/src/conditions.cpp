@@ -6,6 +6,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -26,6 +28,29 @@ namespace coverse::detail {
 // ---------------------------------------------------------------------------------------
 // Conditions and timed callbacks
 
+namespace {
+// CcdSIGUSR1/2: the signal handler only sets a flag; the scheduler loop raises the condition
+// at its next periodic check (every few ms while a callback for it is registered).
+volatile std::sig_atomic_t signal_seen[2];
+
+void on_user_signal(int sig) {
+    signal_seen[sig == SIGUSR1 ? 0 : 1] = 1;
+}
+
+void catch_user_signal(int cond) {
+    static bool installed[2];
+    const int i = cond == CcdSIGUSR1 ? 0 : 1;
+    if (installed[i]) return;
+    installed[i] = true;
+    struct sigaction sa {};
+    sa.sa_handler = on_user_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(i == 0 ? SIGUSR1 : SIGUSR2, &sa, nullptr);
+}
+
+}  // namespace
+
 int pe_core::call_on_condition(int cond, CcdCondFn fn, CcdVoidFn timed, void* arg, bool keep) {
     if (cond < 0 || cond > CcdUSERMAX)
         fatal("CcdCallOnCondition: condition " + std::to_string(cond) + " is out of range (0.." +
@@ -34,6 +59,7 @@ int pe_core::call_on_condition(int cond, CcdCondFn fn, CcdVoidFn timed, void* ar
     const int id = ++_condition_ids;
     (keep ? _conditions_keep : _conditions)[cond].push_back(condition_cb{fn, timed, arg, id});
     if (cond == CcdQUIESCENCE) quiescence_start(*this);  // someone waits for it: detect it
+    if (cond == CcdSIGUSR1 || cond == CcdSIGUSR2) catch_user_signal(cond);
     return id;
 }
 
@@ -113,6 +139,11 @@ void pe_core::raise_periodic(double now) {
         next = now + periods[cond - CcdPERIODIC_10ms];
         if (wanted(cond)) raise_condition(cond);
     }
+    for (int i = 0; i < 2; ++i)
+        if (signal_seen[i]) {
+            signal_seen[i] = 0;
+            raise_condition(i == 0 ? CcdSIGUSR1 : CcdSIGUSR2);
+        }
     if (_idle && _idle_since >= 0) {
         if (wanted(CcdPROCESSOR_STILL_IDLE)) raise_condition(CcdPROCESSOR_STILL_IDLE);
         if (!_long_idle_raised && now - _idle_since >= long_idle_time() &&
@@ -125,6 +156,8 @@ void pe_core::raise_periodic(double now) {
 
 bool pe_core::has_periodic() const noexcept {
     for (int cond = CcdPROCESSOR_STILL_IDLE; cond < CcdPERIODIC_LAST; ++cond)
+        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) return true;
+    for (int cond : {CcdSIGUSR1, CcdSIGUSR2})
         if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) return true;
     return false;
 }
