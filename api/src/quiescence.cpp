@@ -160,14 +160,6 @@ void quiescence_install(pe_core& core) {
         internal_handler::qd_done, [](void* m, void*) { on_done(m); }, nullptr);
 }
 
-void compat_install(pe_core& core) {
-    cth_install(core);
-    futures_install(core);
-    quiescence_install(core);
-    cpm_install(core);
-    cpthreads_install(core);
-}
-
 void quiescence_start(pe_core& core) {
     send_qd(core, 0, internal_handler::qd_start, 0);
 }
