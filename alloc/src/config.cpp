@@ -83,7 +83,9 @@ std::optional<env_value> env_setting(std::string_view name) {
         }
     }
     const std::string n(name);
-    for (const std::string& variable : {"COVERSE_" + n, n, "CMI_VMI_" + n}) {
+    // Only the prefixed spellings: a bare TRACE or SHM in a user's environment belongs to
+    // something else, and must not change coverse.
+    for (const std::string& variable : {"COVERSE_" + n, "CMI_VMI_" + n}) {
         if (const char* value = std::getenv(variable.c_str()); value && *value) {
             return env_value{variable, value};
         }
@@ -129,6 +131,68 @@ std::optional<std::size_t> parse_count(std::string_view text) {
     auto [ptr, ec] = std::from_chars(text.data(), end, value);
     if (text.empty() || ec != std::errc{} || ptr != end) return std::nullopt;
     return value;
+}
+
+std::optional<std::uint64_t> parse_size(std::string_view text) {
+    std::uint64_t value = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc{} || ptr == text.data()) return std::nullopt;
+    std::string_view suffix(ptr, static_cast<std::size_t>(end - ptr));
+    unsigned shift = 0;
+    if (!suffix.empty()) {
+        switch (suffix.front()) {
+            case 'k':
+            case 'K':
+                shift = 10;
+                break;
+            case 'm':
+            case 'M':
+                shift = 20;
+                break;
+            case 'g':
+            case 'G':
+                shift = 30;
+                break;
+            default:
+                break;
+        }
+        if (shift) suffix.remove_prefix(1);
+        if (shift && (suffix.starts_with('i') || suffix.starts_with('I'))) suffix.remove_prefix(1);
+        if (suffix == "B" || suffix == "b") suffix = {};
+        if (!suffix.empty()) return std::nullopt;
+    }
+    if (shift && value > (~std::uint64_t{0} >> shift)) return std::nullopt;
+    return value << shift;
+}
+
+std::optional<std::uint64_t> parse_duration_us(std::string_view text, std::uint64_t bare_unit_us) {
+    double number = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, number, std::chars_format::fixed);
+    if (text.empty() || ec != std::errc{} || ptr == text.data() || !(number >= 0)) {
+        return std::nullopt;
+    }
+    const std::string_view unit(ptr, static_cast<std::size_t>(end - ptr));
+    double us_per_unit = 0;
+    if (unit.empty()) {
+        us_per_unit = static_cast<double>(bare_unit_us);
+        if (bare_unit_us == 1 && number != static_cast<double>(static_cast<std::uint64_t>(number)))
+            return std::nullopt;  // bare microseconds are whole
+    } else if (unit == "us") {
+        us_per_unit = 1;
+    } else if (unit == "ms") {
+        us_per_unit = 1e3;
+    } else if (unit == "s") {
+        us_per_unit = 1e6;
+    } else if (unit == "min") {
+        us_per_unit = 6e7;
+    } else {
+        return std::nullopt;
+    }
+    const double us = number * us_per_unit;
+    if (!(us < 1.8e19)) return std::nullopt;
+    return static_cast<std::uint64_t>(us + 0.5);
 }
 
 alloc_config alloc_config::from_environment() {

@@ -19,9 +19,11 @@ rcache_config rcache_config::from_environment() {
                          found->variable.c_str(), found->value.c_str());
         }
     }
-    auto read_limit = [](const char* name, std::size_t& into) {
+    auto read_limit = [](const char* name, std::size_t& into, bool bytes) {
         if (auto found = env_setting(name)) {
-            if (auto value = parse_count(found->value); value && *value > 0) {
+            const std::optional<std::uint64_t> value =
+                bytes ? parse_size(found->value) : parse_count(found->value);
+            if (value && *value > 0) {
                 into = *value;
             } else {
                 std::fprintf(stderr,
@@ -31,8 +33,8 @@ rcache_config rcache_config::from_environment() {
             }
         }
     };
-    read_limit("RCACHE_MAX_ENTRIES", config.max_entries);
-    read_limit("RCACHE_MAX_BYTES", config.max_bytes);
+    read_limit("RCACHE_MAX_ENTRIES", config.max_entries, false);
+    read_limit("RCACHE_MAX_BYTES", config.max_bytes, true);
     return config;
 }
 

@@ -1,8 +1,12 @@
 // Ccd conditions and timed callbacks of the machine core: raised from the scheduler loop.
 #include "pe_core.hpp"
 
+#include "compat.hpp"
+
 #include <sched.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <cerrno>
@@ -24,12 +28,38 @@ namespace coverse::detail {
 // ---------------------------------------------------------------------------------------
 // Conditions and timed callbacks
 
-int pe_core::call_on_condition(int cond, CcdVoidFn fn, void* arg, bool keep) {
+namespace {
+// CcdSIGUSR1/2: the signal handler only sets a flag; the scheduler loop raises the condition
+// at its next periodic check (every few ms while a callback for it is registered).
+volatile std::sig_atomic_t signal_seen[2];
+
+void on_user_signal(int sig) {
+    signal_seen[sig == SIGUSR1 ? 0 : 1] = 1;
+}
+
+void catch_user_signal(int cond) {
+    static bool installed[2];
+    const int i = cond == CcdSIGUSR1 ? 0 : 1;
+    if (installed[i]) return;
+    installed[i] = true;
+    struct sigaction sa {};
+    sa.sa_handler = on_user_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(i == 0 ? SIGUSR1 : SIGUSR2, &sa, nullptr);
+}
+
+}  // namespace
+
+int pe_core::call_on_condition(int cond, CcdCondFn fn, CcdVoidFn timed, void* arg, bool keep) {
     if (cond < 0 || cond > CcdUSERMAX)
         fatal("CcdCallOnCondition: condition " + std::to_string(cond) + " is out of range (0.." +
               std::to_string(CcdUSERMAX) + ")");
+    if (!fn && !timed) fatal("CcdCallOnCondition: the callback is null");
     const int id = ++_condition_ids;
-    (keep ? _conditions_keep : _conditions)[cond].push_back(condition_cb{fn, arg, id});
+    (keep ? _conditions_keep : _conditions)[cond].push_back(condition_cb{fn, timed, arg, id});
+    if (cond == CcdQUIESCENCE) quiescence_start(*this);  // someone waits for it: detect it
+    if (cond == CcdSIGUSR1 || cond == CcdSIGUSR2) catch_user_signal(cond);
     return id;
 }
 
@@ -43,13 +73,26 @@ void pe_core::cancel_condition(int cond, int idx, bool keep) {
 void pe_core::raise_condition(int cond) {
     if (cond < 0 || cond > CcdUSERMAX) return;
     const double now = wall_time();
+    if (cond == CcdPROCESSOR_BEGIN_IDLE) {
+        _idle_since = now;
+        _long_idle_raised = false;
+        quiescence_idle(*this);  // a pending detection round is answered from an idle PE
+    } else if (cond == CcdPROCESSOR_BEGIN_BUSY) {
+        _idle_since = -1;
+    }
+    auto call = [now](const condition_cb& c) {
+        if (c.fn)
+            c.fn(c.arg);
+        else
+            c.timed(c.arg, now);
+    };
     auto once = std::move(_conditions[cond]);
     _conditions[cond].clear();
     for (const auto& c : once)
-        c.fn(c.arg, now);
+        call(c);
     auto keep = _conditions_keep[cond];  // a callback may register more
     for (const auto& c : keep)
-        c.fn(c.arg, now);
+        call(c);
 }
 
 void pe_core::call_after(CcdVoidFn fn, void* arg, double msecs) {
@@ -57,27 +100,64 @@ void pe_core::call_after(CcdVoidFn fn, void* arg, double msecs) {
     std::push_heap(_timed.begin(), _timed.end(), std::greater<>{});
 }
 
+namespace {
+double long_idle_time() {
+    static const double seconds =
+        std::chrono::duration<double>(settings::duration("LONG_IDLE_TIME")).count();
+    return seconds;
+}
+}  // namespace
+
+std::uint64_t pe_core::messages_sent() const noexcept {
+    std::uint64_t n = 0;
+    for (auto c : _send_seq)
+        n += c;
+    return n;
+}
+
+std::uint64_t pe_core::messages_received() const noexcept {
+    std::uint64_t n = 0;
+    for (auto c : _recv_seq)
+        n += c;
+    return n;
+}
+
 void pe_core::raise_periodic(double now) {
-    // CcdPERIODIC (every loop turn with callbacks), 10 ms, 100 ms and 1 s conditions,
-    // raised from the scheduler loop like Converse's periodic checks.
-    static constexpr struct {
-        int cond;
-        double period;
-    } periods[] = {
-        {CcdPERIODIC_10ms, 0.010}, {CcdPERIODIC_100ms, 0.100}, {CcdPERIODIC_1second, 1.0}};
-    if (!_conditions[CcdPERIODIC].empty() || !_conditions_keep[CcdPERIODIC].empty())
-        raise_condition(CcdPERIODIC);
-    for (const auto& p : periods) {
-        double& next = _periodic_next[p.cond - CcdPERIODIC_10ms];
+    // CcdPERIODIC (every check, at most every 5 ms) and the ladder from 10 ms to a day,
+    // raised from the scheduler loop like Converse's periodic checks; while the PE is idle,
+    // CcdPROCESSOR_STILL_IDLE on each check and CcdPROCESSOR_LONG_IDLE once an idle spell
+    // passes LONG_IDLE_TIME.
+    static constexpr double periods[CcdPERIODIC_LAST - CcdPERIODIC_10ms] = {
+        0.010, 0.100, 1.0, 5.0, 10.0, 60.0, 120.0, 300.0, 600.0, 3600.0, 43200.0, 86400.0};
+    auto wanted = [this](int cond) {
+        return !_conditions[cond].empty() || !_conditions_keep[cond].empty();
+    };
+    if (wanted(CcdPERIODIC)) raise_condition(CcdPERIODIC);
+    for (int cond = CcdPERIODIC_10ms; cond < CcdPERIODIC_LAST; ++cond) {
+        double& next = _periodic_next[cond - CcdPERIODIC_10ms];
         if (now < next) continue;
-        next = now + p.period;
-        if (!_conditions[p.cond].empty() || !_conditions_keep[p.cond].empty())
-            raise_condition(p.cond);
+        next = now + periods[cond - CcdPERIODIC_10ms];
+        if (wanted(cond)) raise_condition(cond);
+    }
+    for (int i = 0; i < 2; ++i)
+        if (signal_seen[i]) {
+            signal_seen[i] = 0;
+            raise_condition(i == 0 ? CcdSIGUSR1 : CcdSIGUSR2);
+        }
+    if (_idle && _idle_since >= 0) {
+        if (wanted(CcdPROCESSOR_STILL_IDLE)) raise_condition(CcdPROCESSOR_STILL_IDLE);
+        if (!_long_idle_raised && now - _idle_since >= long_idle_time() &&
+            wanted(CcdPROCESSOR_LONG_IDLE)) {
+            _long_idle_raised = true;
+            raise_condition(CcdPROCESSOR_LONG_IDLE);
+        }
     }
 }
 
 bool pe_core::has_periodic() const noexcept {
-    for (int cond = CcdPERIODIC; cond <= CcdPERIODIC_1second; ++cond)
+    for (int cond = CcdPROCESSOR_STILL_IDLE; cond < CcdPERIODIC_LAST; ++cond)
+        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) return true;
+    for (int cond : {CcdSIGUSR1, CcdSIGUSR2})
         if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) return true;
     return false;
 }

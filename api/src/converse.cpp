@@ -77,6 +77,7 @@ void ConverseInit(int argc, char** argv, CmiStartFn fn, int usched, int initret)
 
 void CoverseConverseExit(int exitcode) {
     auto& slot = coverse::detail::core_slot();
+    std::fflush(stdout);  // a last printf line still goes through the launcher, in order
     if (slot) {
         try {
             slot->shutdown();
@@ -158,11 +159,21 @@ void CmiInitCPUAffinity(char** argv) {
     if (!argv) return;
     for (int i = 0; argv[i]; ++i)
         if (std::strcmp(argv[i], "+setcpuaffinity") == 0) {
-            const int cores = CmiNumCores();
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(CmiMyPe() % (cores > 0 ? cores : 1), &one);
-            sched_setaffinity(0, sizeof one, &one);
+            // The n-th CPU this process may run on (not CPU pe % cores, which may be
+            // outside a taskset or cgroup), as ConverseInit places it.
+            cpu_set_t allowed;
+            if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+            const int count = CPU_COUNT(&allowed);
+            if (count <= 0) return;
+            int want = CmiMyPe() % count;
+            for (int c = 0; c < CPU_SETSIZE; ++c) {
+                if (!CPU_ISSET(c, &allowed) || want-- > 0) continue;
+                cpu_set_t one;
+                CPU_ZERO(&one);
+                CPU_SET(c, &one);
+                sched_setaffinity(0, sizeof one, &one);
+                break;
+            }
         }
 }
 void CmiInitCPUTopology(char**) {}  // one host: the topology is the PE list
@@ -469,11 +480,31 @@ void CmiHandleMessage(void* msg) {
 
 // ---- conditions --------------------------------------------------------------------------------
 
-int CcdCallOnCondition(int condnum, CcdVoidFn fn, void* arg) {
-    return core("CcdCallOnCondition").call_on_condition(condnum, fn, arg, false);
+int CcdCallOnCondition(int condnum, CcdCondFn fn, void* arg) {
+    return core("CcdCallOnCondition").call_on_condition(condnum, fn, nullptr, arg, false);
 }
-int CcdCallOnConditionKeep(int condnum, CcdVoidFn fn, void* arg) {
-    return core("CcdCallOnConditionKeep").call_on_condition(condnum, fn, arg, true);
+int CcdCallOnConditionKeep(int condnum, CcdCondFn fn, void* arg) {
+    return core("CcdCallOnConditionKeep").call_on_condition(condnum, fn, nullptr, arg, true);
+}
+namespace {
+void check_on_pe(int pe, const char* caller) {
+    if (pe != CcdIGNOREPE && pe != CmiMyPe())
+        CmiAbort(
+            "%s: PE %d is not this PE (%d); one process is one PE here, so register on that "
+            "PE itself (or pass CcdIGNOREPE)",
+            caller, pe, CmiMyPe());
+}
+}  // namespace
+int CcdCallOnConditionOnPE(int condnum, CcdCondFn fn, void* arg, int pe) {
+    check_on_pe(pe, "CcdCallOnConditionOnPE");
+    return CcdCallOnCondition(condnum, fn, arg);
+}
+int CcdCallOnConditionKeepOnPE(int condnum, CcdCondFn fn, void* arg, int pe) {
+    check_on_pe(pe, "CcdCallOnConditionKeepOnPE");
+    return CcdCallOnConditionKeep(condnum, fn, arg);
+}
+int CoverseCcdCallOnConditionTimed(int condnum, CcdVoidFn fn, void* arg, int keep) {
+    return core("CcdCallOnCondition").call_on_condition(condnum, nullptr, fn, arg, keep != 0);
 }
 void CcdCancelCallOnCondition(int condnum, int idx) {
     core("CcdCancelCallOnCondition").cancel_condition(condnum, idx, false);
@@ -486,6 +517,22 @@ void CcdRaiseCondition(int condnum) {
 }
 void CcdCallFnAfter(CcdVoidFn fn, void* arg, double msecs) {
     core("CcdCallFnAfter").call_after(fn, arg, msecs);
+}
+void CcdCallFnAfterOnPE(CcdVoidFn fn, void* arg, double msecs, int pe) {
+    check_on_pe(pe, "CcdCallFnAfterOnPE");
+    CcdCallFnAfter(fn, arg, msecs);
+}
+void CcdCallBacks(void) {
+    CsdSchedulePoll();  // due timers and periodic conditions run from the scheduler loop
+}
+void CmiNotifyIdle(void) {
+    core("CmiNotifyIdle").sched().run_once();  // progress only: no handler runs
+}
+int CoverseCheckRank(int rank) {
+    if (rank != 0)
+        CmiAbort("CpvAccessOther: rank %d does not exist; a coverse process has one rank (0)",
+                 rank);
+    return 0;
 }
 
 // ---- timers -------------------------------------------------------------------------------------
@@ -513,6 +560,7 @@ int CmiPrintf(const char* format, ...) {
     va_start(ap, format);
     const std::string text = vformat(format, ap);
     va_end(ap);
+    std::fflush(stdout);  // the program's own printf lines before this one
     if (auto* c = pe_core::instance())
         c->print(text, false);
     else
@@ -524,6 +572,7 @@ int CmiError(const char* format, ...) {
     va_start(ap, format);
     const std::string text = vformat(format, ap);
     va_end(ap);
+    std::fflush(stdout);
     if (auto* c = pe_core::instance())
         c->print(text, true);
     else
@@ -557,6 +606,7 @@ char** CmiCopyArgs(char** argv) {
     return out;
 }
 void CmiDeleteArgs(char** argv, int k) {
+    if (!argv || k <= 0) return;  // nothing to delete (k == 0 used to read argv[-1])
     int i = 0;
     while (argv[i + k - 1]) {
         argv[i] = argv[i + k];

@@ -190,8 +190,10 @@ void pe_core::run_idle_wait() {
     }
     const wait_scope idle({wait_kind::message, no_peer, ~0ull, "idle in the scheduler loop"});
     _sched->run_until([&] {
+        // _armed_due < 0: the armed timer fired (it may have been for an earlier deadline
+        // than `due`, which then has no timer of its own): re-arm from the loop.
         return !_net_queue.empty() || !_sched_queue.empty() || _exit_requested ||
-               (due >= 0 && wall_time() >= due);
+               (due >= 0 && (wall_time() >= due || _armed_due < 0));
     });
 }
 

@@ -3,6 +3,8 @@
 // dispatch.cpp, conditions.cpp, collectives.cpp, pe_core_shm.cpp (see pe_core.hpp).
 #include "pe_core.hpp"
 
+#include "compat.hpp"
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -141,6 +143,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         },
         nullptr, nullptr};
     _conditions_keep.resize(CcdUSERMAX + 1);
+    compat_install(*this);  // Cth threads, futures, quiescence
 
     const net::backend_kind kind = net::backend_kind_from_env();
     scheduler_options so = scheduler_options::from_env();
@@ -153,6 +156,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     _instance = this;
 
     if (info) {
+        relay_stdout();  // printf lines through the launcher, line by line, in order
         try {
             start_networked(*info);
         } catch (...) {
@@ -164,6 +168,9 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         _num_pes = 1;
         start_trace(_sched->io() ? "io_uring (no network: one PE)" : "none (one PE)");
     }
+    if (_pe == 0)  // once per job: a misspelt COVERSE_* or CMI_VMI_* variable does nothing
+        for (const std::string& w : settings::unknown_environment_warnings())
+            std::fprintf(stderr, "%s\n", w.c_str());
     if (_send_seq.size() != _num_pes) {  // one PE: no network start-up set them
         _send_seq.assign(_num_pes, 0);
         _recv_seq.assign(_num_pes, 0);

@@ -58,6 +58,14 @@ enum class internal_handler : std::uint32_t {
     sum_final,        // coroutine API reduce_sum: the total broadcast to every PE
     barrier_arrive,   // tree barrier, up: consumed on arrival, never queued
     barrier_release,  // tree barrier, down
+    cth_resume,       // a Cth thread's token came up in the Csd queue (cth.cpp)
+    future_set,       // CfutureSet's value for a future of this PE (futures.cpp)
+    qd_start,         // quiescence: someone waits for it (to PE 0; quiescence.cpp)
+    qd_request,       // quiescence: PE 0 asks for counts once idle
+    qd_reply,         // quiescence: a PE's counts (to PE 0)
+    qd_done,          // quiescence: detected; raise CcdQUIESCENCE
+    cpm_enqueue,      // Cpm: a CpmEnqueue* message goes into the Csd queue (cpm.cpp)
+    cpm_thread,       // Cpm: a CpmMakeThread message runs in a new Cth thread
 };
 
 /// What a pup_er points at: coverse sizes and packs (reductions of structs), never unpacks.
@@ -147,6 +155,9 @@ public:
     bool handle_done(CmiCommHandle h, const char* caller);
     void release_handle(CmiCommHandle h, const char* caller);
     bool all_sends_done() const noexcept { return _sends_in_flight == 0; }
+    /// Messages this PE sent (one per destination) and received, internal ones included.
+    std::uint64_t messages_sent() const noexcept;
+    std::uint64_t messages_received() const noexcept;
     /// Coroutine form of a send; completes when the buffer may be reused.
     task<void> send_async(std::uint32_t dest, std::span<const std::byte> msg);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
@@ -178,7 +189,8 @@ public:
     int span_children(int pe, int* out) const noexcept;
 
     // ---- conditions ----------------------------------------------------------------------
-    int call_on_condition(int cond, CcdVoidFn fn, void* arg, bool keep);
+    /// One of `fn` (Charm++ 8's CcdCondFn) and `timed` (older Converse's (arg, now) form).
+    int call_on_condition(int cond, CcdCondFn fn, CcdVoidFn timed, void* arg, bool keep);
     void cancel_condition(int cond, int idx, bool keep);
     void raise_condition(int cond);
     void call_after(CcdVoidFn fn, void* arg, double msecs);
@@ -237,7 +249,8 @@ private:
         bool operator>(const timed_call& o) const noexcept { return due > o.due; }
     };
     struct condition_cb {
-        CcdVoidFn fn;
+        CcdCondFn fn;
+        CcdVoidFn timed;
         void* arg;
         int id;
     };
@@ -379,7 +392,9 @@ private:
     std::vector<timed_call> _timed;  // min-heap on due
     double _armed_due = -1;          // the timed callback a timer task wakes the loop for
     double _periodic_due = 0;
-    double _periodic_next[3] = {0, 0, 0};  // CcdPERIODIC_10ms, _100ms, _1second
+    double _periodic_next[CcdPERIODIC_LAST - CcdPERIODIC_10ms] = {};  // CcdPERIODIC_10ms..1day
+    double _idle_since = -1;  // when the PE went idle (CcdPROCESSOR_STILL_IDLE, LONG_IDLE)
+    bool _long_idle_raised = false;
 
     std::vector<std::vector<int>> _groups;
 

@@ -120,6 +120,11 @@ void pe_core::frame_done(frame_ticket& t, int result) {
     const std::uint32_t extra = t.extra;
     void* forward = t.forward;
     _spare_tickets.emplace_back(&t);  // recycled first: what follows may send again
+    if (result == -EMSGSIZE && !_shut_down)  // a size limit, not a dead peer
+        fatal("PE " + std::to_string(_pe) + " could not send a message to PE " +
+              std::to_string(dest) + ": it is larger than a frame may carry (" +
+              std::to_string(net::default_max_payload) +
+              " bytes); MEDIUM_MESSAGE_BOUNDARY must stay below it");
     if (result < 0 && !_shut_down)
         peer_lost(
             "PE " + std::to_string(_pe) + " could not send a message to PE " +

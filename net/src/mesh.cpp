@@ -47,18 +47,17 @@ std::string seconds(std::chrono::milliseconds d) {
 std::chrono::milliseconds connection_timeout_from_env() {
     const auto v = alloc::env_setting("CONNECTION_TIMEOUT");
     if (!v) return std::chrono::seconds(300);
-    char* end = nullptr;
-    const double secs = std::strtod(v->value.c_str(), &end);
-    if (end == v->value.c_str() || *end != '\0' || !(secs > 0))
+    const auto us = alloc::parse_duration_us(v->value, 1'000'000);  // the settings' one parser
+    if (!us || *us == 0)
         throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
-                                    " is not a positive number of seconds");
-    return std::chrono::milliseconds(static_cast<long long>(secs * 1000));
+                                    " is not a positive number of seconds (0.5, 500ms, 2min)");
+    return std::chrono::milliseconds(static_cast<long long>(*us / 1000));
 }
 
 std::uint64_t max_message_from_env() {
     const auto v = alloc::env_setting("MAX_MESSAGE");
     if (!v) return default_max_message;
-    const auto n = alloc::parse_count(v->value);
+    const auto n = alloc::parse_size(v->value);  // the settings' one parser: 64M works
     if (!n || *n == 0 || *n > default_max_message)
         throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
                                     " is not a size in bytes from 1 to 2147483647 (the largest "

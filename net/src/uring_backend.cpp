@@ -935,11 +935,7 @@ private:
 
 // A decimal count: nullopt if it is not one.
 std::optional<unsigned long long> parse_count(const std::string& s) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
-    if (errno != 0 || end == s.c_str() || *end != '\0' || s[0] == '-') return std::nullopt;
-    return n;
+    return alloc::parse_count(s);
 }
 
 std::size_t zc_threshold_from_env() {
@@ -947,7 +943,7 @@ std::size_t zc_threshold_from_env() {
     if (!v) return default_zc_threshold;
     const std::string& s = v->value;
     if (s == "off") return 0;
-    const auto n = parse_count(s);
+    const auto n = alloc::parse_size(s);
     if (!n)
         throw std::invalid_argument("coverse: " + v->variable + "=" + s +
                                     " is not a size in bytes; use e.g. 65536 (zero-copy "
@@ -985,7 +981,7 @@ void recv_ring_from_env(uring_settings& cfg) {
         cfg.recv_buffers = static_cast<unsigned>(*n);
     }
     if (const auto v = alloc::env_setting("RECV_BUFFER_SIZE")) {
-        const auto n = parse_count(v->value);
+        const auto n = alloc::parse_size(v->value);
         if (!n || *n == 0 || *n > max_recv_buffer_size)
             throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
                                         " is not a size in bytes from 1 to " +

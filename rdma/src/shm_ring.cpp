@@ -59,7 +59,8 @@ shm_ring::shm_ring(shm_ring&& o) noexcept
       _h(std::exchange(o._h, nullptr)),
       _map_bytes(std::exchange(o._map_bytes, 0)),
       _pending_advance(o._pending_advance),
-      _linked(std::exchange(o._linked, false)) {}
+      _linked(std::exchange(o._linked, false)),
+      _corrupt(o._corrupt) {}
 
 shm_ring& shm_ring::operator=(shm_ring&& o) noexcept {
     if (this != &o) {
@@ -81,13 +82,13 @@ shm_ring shm_ring::create(const std::string& name, std::size_t capacity) {
     if (const int e = errno; fd < 0)
         fail(e, "cannot create the shared-memory ring " + name +
                     " (is /dev/shm mounted and writable? a stale one from a crashed job "
-                    "can be removed; or set SHM=off)");
+                    "can be removed; or ++set SHM=off)");
     if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
         const int e = errno;
         ::close(fd);
         ::shm_unlink(name.c_str());
         fail(e, "cannot size the shared-memory ring " + name + " to " + std::to_string(bytes) +
-                    " bytes (is /dev/shm full? lower SHM_RING_BYTES or set SHM=off)");
+                    " bytes (is /dev/shm full? lower SHM_RING_BYTES or ++set SHM=off)");
     }
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int e = errno;
@@ -253,7 +254,7 @@ shm_doorbell::~shm_doorbell() {
 shm_doorbell shm_doorbell::create(const std::string& path) {
     if (::mkfifo(path.c_str(), 0600) != 0)
         fail(errno,
-             "cannot create the doorbell FIFO " + path + " (is /dev/shm writable? or set SHM=off)");
+             "cannot create the doorbell FIFO " + path + " (is /dev/shm writable? or ++set SHM=off)");
     // O_RDWR: the FIFO always has a writer, so it never reports end-of-file to our poll.
     const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {

@@ -39,6 +39,19 @@ long env_long(const char* name, long fallback) {
     return static_cast<long>(*x);
 }
 
+// A duration setting in microseconds, through the settings' one duration parser (200, 2ms).
+long env_microseconds(const char* name, long fallback) {
+    const auto v = alloc::env_setting(name);
+    if (!v) return fallback;
+    const auto us = alloc::parse_duration_us(v->value, 1);
+    if (!us || *us > static_cast<std::uint64_t>(std::numeric_limits<long>::max())) {
+        std::fprintf(stderr, "coverse: ignoring %s=%s: expected microseconds (200, 2ms, 0.5s)\n",
+                     v->variable.c_str(), v->value.c_str());
+        return fallback;
+    }
+    return static_cast<long>(*us);
+}
+
 bool env_switch(const char* name, bool fallback) {
     const auto v = alloc::env_setting(name);
     if (!v) return fallback;
@@ -55,7 +68,7 @@ bool env_switch(const char* name, bool fallback) {
 
 scheduler_options scheduler_options::from_env() {
     scheduler_options o;
-    o.spin = std::chrono::microseconds(env_long("SPIN_US", o.spin.count()));
+    o.spin = std::chrono::microseconds(env_microseconds("SPIN_US", o.spin.count()));
     o.task_quota =
         static_cast<unsigned>(std::clamp(env_long("TASK_QUOTA", o.task_quota), 1L,
                                          static_cast<long>(std::numeric_limits<unsigned>::max())));

@@ -1,5 +1,5 @@
 // settings: the registry of every coverse setting, and resolving, checking and parsing their
-// values. The lookup itself (command-line overrides, then the three environment spellings) is
+// values. The lookup itself (command-line overrides, then the two environment spellings) is
 // alloc::env_setting, so code below runtime sees the same precedence.
 #include <coverse/runtime/settings.hpp>
 
@@ -148,6 +148,21 @@ constexpr setting_info registry[] = {
         .meaning = "bytes of each same-host ring (one per ordered pair of PEs; power of two)",
         .layer = "api (machine core)",
         .minimum = 65536,
+    },
+    {
+        .name = "CTH_STACK_SIZE",
+        .type = vt::bytes,
+        .default_value = "262144",
+        .meaning = "stack of each Cth thread made with size 0 (a guard page sits below it)",
+        .layer = "api (machine core)",
+        .minimum = 16384,
+    },
+    {
+        .name = "LONG_IDLE_TIME",
+        .type = vt::seconds,
+        .default_value = "10",
+        .meaning = "idle time after which CcdPROCESSOR_LONG_IDLE is raised (once per idle spell)",
+        .layer = "api (machine core)",
     },
     {.name = "WAN_LATENCY",
      .type = vt::microseconds,
@@ -351,35 +366,21 @@ std::size_t distance(std::string_view a, std::string_view b) {
     return d[a.size()][b.size()];
 }
 
-std::optional<std::uint64_t> parse_whole(std::string_view text) {
-    std::uint64_t value = 0;
-    const char* end = text.data() + text.size();
-    auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc{} || ptr != end) return std::nullopt;
-    return value;
-}
-
-// Seconds as microseconds: a non-negative decimal number ("300", "0.5").
-std::optional<std::uint64_t> parse_seconds(std::string_view text) {
-    double secs = 0;
-    const char* end = text.data() + text.size();
-    auto [ptr, ec] = std::from_chars(text.data(), end, secs, std::chars_format::fixed);
-    if (text.empty() || ec != std::errc{} || ptr != end || !std::isfinite(secs) || secs < 0 ||
-        secs > 1e12)
-        return std::nullopt;
-    return static_cast<std::uint64_t>(std::llround(secs * 1e6));
-}
-
-// The value as a number (count, bytes, microseconds: as written; seconds: in µs), within the
-// setting's range; nullopt otherwise.
+// The value as a number (count as written, bytes in bytes, seconds and microseconds in µs),
+// within the setting's range; nullopt otherwise. Sizes and durations go through alloc's one
+// parser for each, so every size takes K/M/G and every duration a unit.
 std::optional<std::uint64_t> parse_number(const setting_info& s, std::string_view text) {
     std::optional<std::uint64_t> n;
-    if (s.type == vt::seconds) {
-        n = parse_seconds(text);
-    } else if (s.off_is_zero && text == "off") {
+    if (s.off_is_zero && text == "off") {
         n = 0;
-    } else {
-        n = parse_whole(text);
+    } else if (s.type == vt::seconds) {
+        n = alloc::parse_duration_us(text, 1'000'000);
+    } else if (s.type == vt::microseconds) {
+        n = alloc::parse_duration_us(text, 1);
+    } else if (s.type == vt::bytes) {
+        n = alloc::parse_size(text);
+    } else if (auto c = alloc::parse_count(text)) {
+        n = *c;
     }
     if (!n || *n < s.minimum || *n > s.maximum) return std::nullopt;
     return n;
@@ -505,7 +506,7 @@ resolved resolve(std::string_view name) {
     } else {
         r.value = std::string(s.default_value);
     }
-    for (std::string_view prefix : {"COVERSE_", "", "CMI_VMI_"}) {
+    for (std::string_view prefix : env_prefixes) {
         const std::string variable = std::string(prefix) + r.name;
         const char* value = std::getenv(variable.c_str());
         if (value && *value && variable != r.variable) r.shadowed.push_back(variable + "=" + value);
@@ -520,12 +521,14 @@ std::string expected_form(const setting_info& s) {
         case vt::count:
             return range_text(s, "");
         case vt::bytes:
-            return range_text(s, "bytes");
+            return range_text(s, "bytes") + " (K, M, G suffixes allowed: 64M)";
         case vt::microseconds:
-            return range_text(s, "microseconds");
+            return range_text(s, "microseconds") + " (or with a unit: 500us, 2ms, 0.5s)";
         case vt::seconds:
-            return s.minimum > 0 ? "a number of seconds above 0 (decimals allowed)"
-                                 : "a number of seconds (decimals allowed)";
+            return s.minimum > 0 ? "a number of seconds above 0 (decimals or a unit allowed: 0.5, "
+                                   "500ms, 2min)"
+                                 : "a number of seconds (decimals or a unit allowed: 0.5, 500ms, "
+                                   "2min)";
         case vt::string:
             return "any text";
         case vt::choice: {

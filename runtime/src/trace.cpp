@@ -141,30 +141,9 @@ std::uint64_t parse_limit(const std::string& text) {
             " is not a size; give bytes per PE with an optional K, M or G suffix (KiB, MiB, "
             "GiB), at least 40 (one event), e.g. COVERSE_TRACE_LIMIT=64M");
     };
-    std::size_t pos = 0;
-    std::uint64_t value = 0;
-    try {
-        value = std::stoull(text, &pos, 10);
-    } catch (const std::exception&) {
-        throw bad();
-    }
-    if (text.empty() || text[0] == '-' || text[0] == '+') throw bad();
-    std::string suffix = text.substr(pos);
-    if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
-    if (suffix.size() == 2 && (suffix[1] == 'i' || suffix[1] == 'I')) suffix.pop_back();
-    unsigned shift = 0;
-    if (suffix.empty())
-        shift = 0;
-    else if (suffix == "K" || suffix == "k")
-        shift = 10;
-    else if (suffix == "M" || suffix == "m")
-        shift = 20;
-    else if (suffix == "G" || suffix == "g")
-        shift = 30;
-    else
-        throw bad();
-    if (shift && value > (~std::uint64_t{0} >> shift)) throw bad();
-    value <<= shift;
+    const auto parsed = alloc::parse_size(text);  // the settings' one size parser
+    if (!parsed) throw bad();
+    const std::uint64_t value = *parsed;
     if (value < sizeof(event)) throw bad();
     return value;
 }

@@ -34,21 +34,22 @@ TEST(alloc_config, defaults_follow_the_design) {
 }
 
 TEST(alloc_config, memory_pool_zero_turns_the_pool_off_in_every_spelling) {
-    for (const char* variable : {"COVERSE_MEMORY_POOL", "MEMORY_POOL", "CMI_VMI_MEMORY_POOL"}) {
+    for (const char* variable : {"COVERSE_MEMORY_POOL", "CMI_VMI_MEMORY_POOL"}) {
         clean_env clean;
         scoped_env off(variable, "0");
         EXPECT_FALSE(alloc_config::from_environment().pool_enabled) << variable;
     }
 }
 
-TEST(alloc_config, coverse_spelling_wins_then_plain_then_legacy) {
+TEST(alloc_config, coverse_spelling_wins_over_legacy_and_a_bare_name_is_not_read) {
     clean_env clean;
     scoped_env legacy("CMI_VMI_MEMORY_POOL", "0");
     EXPECT_EQ(env_setting("MEMORY_POOL")->variable, "CMI_VMI_MEMORY_POOL");
     {
+        // A bare MEMORY_POOL belongs to someone else: it used to win over CMI_VMI_.
         scoped_env plain("MEMORY_POOL", "1");
-        EXPECT_TRUE(alloc_config::from_environment().pool_enabled);
-        EXPECT_EQ(env_setting("MEMORY_POOL")->variable, "MEMORY_POOL");
+        EXPECT_FALSE(alloc_config::from_environment().pool_enabled);
+        EXPECT_EQ(env_setting("MEMORY_POOL")->variable, "CMI_VMI_MEMORY_POOL");
         scoped_env ours("COVERSE_MEMORY_POOL", "off");
         EXPECT_FALSE(alloc_config::from_environment().pool_enabled);
         EXPECT_EQ(env_setting("MEMORY_POOL")->variable, "COVERSE_MEMORY_POOL");
@@ -93,7 +94,7 @@ TEST(alloc_config, an_empty_variable_counts_as_unset) {
 
 TEST(alloc_config, pool_sizing_and_leak_report_are_overridable) {
     clean_env clean;
-    scoped_env pre("MEMORY_POOL_PREALLOCATE", "7");
+    scoped_env pre("CMI_VMI_MEMORY_POOL_PREALLOCATE", "7");
     scoped_env grow("COVERSE_MEMORY_POOL_GROW", "3");
     scoped_env leak("COVERSE_LEAK_REPORT", "yes");
     const alloc_config c = alloc_config::from_environment();
@@ -104,9 +105,9 @@ TEST(alloc_config, pool_sizing_and_leak_report_are_overridable) {
 
 TEST(alloc_config, malformed_values_keep_the_default_and_say_so) {
     clean_env clean;
-    scoped_env pool("MEMORY_POOL", "maybe");
-    scoped_env grow("MEMORY_POOL_GROW", "0");  // a bucket must grow by at least one entry
-    scoped_env pre("MEMORY_POOL_PREALLOCATE", "12x");
+    scoped_env pool("COVERSE_MEMORY_POOL", "maybe");
+    scoped_env grow("COVERSE_MEMORY_POOL_GROW", "0");  // a bucket must grow by at least one entry
+    scoped_env pre("COVERSE_MEMORY_POOL_PREALLOCATE", "12x");
     testing::internal::CaptureStderr();
     const alloc_config c = alloc_config::from_environment();
     const std::string err = testing::internal::GetCapturedStderr();
@@ -148,6 +149,32 @@ TEST(rcache_config, switch_and_limits_from_the_environment) {
     EXPECT_FALSE(c.enabled);
     EXPECT_EQ(c.max_entries, 16u);
     EXPECT_EQ(c.max_bytes, 65536u);
+}
+
+// Sizes and durations: one parser each for every setting (TRACE_LIMIT took K/M/G while
+// MAX_MESSAGE did not).
+TEST(alloc_config, one_size_parser_takes_k_m_g_suffixes) {
+    EXPECT_EQ(parse_size("65536"), 65536u);
+    EXPECT_EQ(parse_size("64M"), 64u << 20);
+    EXPECT_EQ(parse_size("512KiB"), 512u << 10);
+    EXPECT_EQ(parse_size("2MB"), 2u << 20);
+    EXPECT_EQ(parse_size("1g"), 1u << 30);
+    EXPECT_EQ(parse_size("7b"), 7u);
+    for (const char* bad : {"", "M", "-5", "12X", "1.5M", "64 M", "64MM", "99999999999G"})
+        EXPECT_FALSE(parse_size(bad)) << bad;
+}
+
+TEST(alloc_config, one_duration_parser_takes_units) {
+    EXPECT_EQ(parse_duration_us("300", 1'000'000), 300'000'000u);
+    EXPECT_EQ(parse_duration_us("0.5", 1'000'000), 500'000u);
+    EXPECT_EQ(parse_duration_us("500ms", 1'000'000), 500'000u);
+    EXPECT_EQ(parse_duration_us("2min", 1'000'000), 120'000'000u);
+    EXPECT_EQ(parse_duration_us("200", 1), 200u);
+    EXPECT_EQ(parse_duration_us("2ms", 1), 2000u);
+    EXPECT_EQ(parse_duration_us("0.5s", 1), 500'000u);
+    EXPECT_EQ(parse_duration_us("10us", 1'000'000), 10u);
+    for (const char* bad : {"", "ms", "-1", "1.5", "5 s", "5h", "soon"})
+        EXPECT_FALSE(parse_duration_us(bad, 1)) << bad;
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ coverse::task<void> entry(coverse::machine& m) {
     auto& ring = m.register_stream();
     auto& bcast = m.register_stream();
     auto& big = m.register_stream();
+    auto& self = m.register_stream();
     const int legacy = CmiRegisterHandler(legacy_handler);
     co_await m.barrier();
 
@@ -94,6 +95,19 @@ coverse::task<void> entry(coverse::machine& m) {
     for (std::size_t i = 0; i < payload.size(); ++i)
         if (large.payload()[i] != static_cast<std::byte>((i * 31 + prev) & 0xFF))
             CmiAbort("coroutine_api: PE %u: 1 MiB message corrupt at byte %zu", me, i);
+
+    // pending() counts the messages not taken yet (it counted taken ones too, until the
+    // stream's queue emptied).
+    for (std::uint32_t i = 0; i < 3; ++i)
+        co_await m.send(me, self.handler(), bytes_of(i));
+    while (self.pending() < 3)
+        co_await coverse::sleep_for(std::chrono::microseconds(100));
+    for (std::uint32_t i = 0; i < 3; ++i) {
+        coverse::message x = co_await self.next();
+        if (value_of<std::uint32_t>(x) != i || self.pending() != 2 - i)
+            CmiAbort("coroutine_api: PE %u: after taking message %u of 3, pending() is %zu", me, i,
+                     self.pending());
+    }
 
     co_await m.barrier();
     if (me == 0) CmiPrintf("coroutine_api: %u PEs ok\n", n);

@@ -141,7 +141,7 @@ TEST(coverse_info, unknown_variables_warn) {
     EXPECT_TRUE(has(r.out, "warnings:")) << r.out;
     EXPECT_TRUE(has(r.out, "COVERSE_BOGUS is set but coverse has no setting BOGUS")) << r.out;
     EXPECT_TRUE(has(r.out, "did you mean COVERSE_MAXIMUM_HANDLES?")) << r.out;
-    EXPECT_EQ(row(r.out, "MAXIMUM_HANDLES")[1], "4") << "the bare spelling is a setting";
+    EXPECT_EQ(row(r.out, "MAXIMUM_HANDLES")[1], "10000") << "a bare name is not a setting";
 }
 
 TEST(coverse_info, a_malformed_value_is_reported_and_exits_1) {

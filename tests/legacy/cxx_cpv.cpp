@@ -1,7 +1,9 @@
 // cxx_cpv.cpp: converse.h from C++, with Cpv variables of non-POD types (std::vector<int>,
 // std::string, std::map). A token goes around the ring LAPS times; each PE appends the lap
 // to its vector, counts visits in a map keyed by the sender, and PE 0 checks the token's
-// record of every hop. At exit every PE checks its Cpv containers.
+// record of every hop. At exit every PE checks its Cpv containers. Also the older
+// Converse forms C++ callers still get as overloads: a (void *, double) condition callback
+// and a no-argument CthCreate function.
 #include <converse.h>
 
 #include <cstdlib>
@@ -26,6 +28,28 @@ struct small_msg {
 
 int token_handler_id, exit_handler_id;
 bool finished;
+int timed_hits, old_thread_runs;
+
+void timed_condition(void* arg, double now) {
+    if (arg != &timed_hits || now < 0) CmiAbort("cxx_cpv: the (arg, now) condition callback");
+    ++timed_hits;
+}
+
+void start_ring() {
+    token_msg t{};
+    t.lap = 0;
+    t.hops = 1;
+    t.last_pe = 0;
+    CmiSetHandler(&t, token_handler_id);
+    CmiSyncSend(1 % CmiNumPes(), sizeof t, &t);
+}
+
+// Runs before the ring starts on PE 0 (it starts it), and between two messages elsewhere:
+// the scheduler takes the Csd queue whenever the network queue is empty.
+void old_style_thread() {
+    ++old_thread_runs;
+    if (CmiMyPe() == 0) start_ring();
+}
 
 }  // namespace
 
@@ -78,6 +102,9 @@ void exit_handler(void* msg) {
     const int prev = (CmiMyPe() + CmiNumPes() - 1) % CmiNumPes();
     if (CpvAccess(from_count).size() != 1 || CpvAccess(from_count)[prev] != laps)
         CmiAbort("cxx_cpv: PE %d expected %d tokens, all from PE %d", CmiMyPe(), laps, prev);
+    if (timed_hits != 1 || old_thread_runs != 1)
+        CmiAbort("cxx_cpv: PE %d: the older Ccd and Cth forms ran %d and %d times, expected 1",
+                 CmiMyPe(), timed_hits, old_thread_runs);
     if (CpvAccess(name) != "pe" + std::to_string(CmiMyPe()))
         CmiAbort("cxx_cpv: PE %d: Cpv string is \"%s\"", CmiMyPe(), CpvAccess(name).c_str());
     finished = true;
@@ -93,14 +120,10 @@ void start(int, char**) {
     CpvAccess(laps_seen).reserve(laps);
     token_handler_id = CmiRegisterHandler(token_handler);
     exit_handler_id = CmiRegisterHandler(exit_handler);
-    if (CmiMyPe() == 0) {
-        token_msg t{};
-        t.lap = 0;
-        t.hops = 1;
-        t.last_pe = 0;
-        CmiSetHandler(&t, token_handler_id);
-        CmiSyncSend(1 % CmiNumPes(), sizeof t, &t);
-    }
+    CcdCallOnCondition(CcdUSER + 3, timed_condition, &timed_hits);
+    CcdRaiseCondition(CcdUSER + 3);
+    CcdRaiseCondition(CcdUSER + 3);  // once: the callback is gone
+    CthAwaken(CthCreate(old_style_thread, nullptr, 0));
 }
 
 }  // namespace

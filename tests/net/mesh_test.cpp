@@ -571,7 +571,13 @@ TEST(mesh_config_test, max_message_comes_from_the_settings) {
     alloc::set_command_line_setting("MAX_MESSAGE", "2048");  // ++set wins over the environment
     EXPECT_EQ(max_message_from_env(), 2048u);
     alloc::clear_command_line_settings();
-    for (const char* bad : {"0", "2147483648", "64M"}) {
+    // One size parser for every size setting: MAX_MESSAGE takes K/M/G like TRACE_LIMIT (it
+    // refused "64M" while TRACE_LIMIT took it).
+    ::setenv("COVERSE_MAX_MESSAGE", "64M", 1);
+    EXPECT_EQ(max_message_from_env(), 64u << 20);
+    ::setenv("COVERSE_MAX_MESSAGE", "512KiB", 1);
+    EXPECT_EQ(max_message_from_env(), 512u << 10);
+    for (const char* bad : {"0", "2147483648", "4G", "64X", "M"}) {
         ::setenv("COVERSE_MAX_MESSAGE", bad, 1);
         try {
             (void)max_message_from_env();

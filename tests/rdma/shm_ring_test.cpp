@@ -783,6 +783,13 @@ TEST(shm_ring, an_impossible_record_header_is_reported_as_corrupt) {
     std::memcpy(static_cast<std::byte*>(p) + sizeof(shm_ring_header), &bogus, sizeof bogus);
     EXPECT_FALSE(consumer.peek().has_value());
     EXPECT_TRUE(consumer.corrupt());
+    // A corrupt ring stays corrupt when it moves (the move constructor dropped the flag, so
+    // a ring held in a std::optional or a vector that grew looked healthy again).
+    shm_ring moved(std::move(consumer));
+    EXPECT_TRUE(moved.corrupt());
+    std::optional<shm_ring> assigned;
+    assigned = std::move(moved);
+    EXPECT_TRUE(assigned->corrupt());
     ::munmap(p, map_bytes);
 }
 

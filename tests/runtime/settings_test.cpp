@@ -144,17 +144,18 @@ TEST_F(settings_test, command_line_beats_coverse_beats_plain_beats_legacy_beats_
     EXPECT_EQ(r.variable, "CMI_VMI_MAXIMUM_HANDLES");
     EXPECT_TRUE(r.shadowed.empty());
 
+    // A bare name belongs to someone else's program: neither read nor reported.
     scoped_env plain("MAXIMUM_HANDLES", "6");
     r = resolve("MAXIMUM_HANDLES");
-    EXPECT_EQ(r.value, "6");
-    EXPECT_EQ(r.variable, "MAXIMUM_HANDLES");
-    EXPECT_EQ(r.shadowed, std::vector<std::string>{"CMI_VMI_MAXIMUM_HANDLES=5"});
+    EXPECT_EQ(r.value, "5");
+    EXPECT_EQ(r.variable, "CMI_VMI_MAXIMUM_HANDLES");
+    EXPECT_TRUE(r.shadowed.empty());
 
     scoped_env ours("COVERSE_MAXIMUM_HANDLES", "7");
     r = resolve("MAXIMUM_HANDLES");
     EXPECT_EQ(r.value, "7");
     EXPECT_EQ(r.variable, "COVERSE_MAXIMUM_HANDLES");
-    EXPECT_EQ(r.shadowed.size(), 2u);
+    EXPECT_EQ(r.shadowed, std::vector<std::string>{"CMI_VMI_MAXIMUM_HANDLES=5"});
     EXPECT_EQ(count("MAXIMUM_HANDLES"), 7u);
 
     args a({"prog", "++set", "MAXIMUM_HANDLES=8"});
@@ -163,7 +164,7 @@ TEST_F(settings_test, command_line_beats_coverse_beats_plain_beats_legacy_beats_
     EXPECT_EQ(r.value, "8");
     EXPECT_EQ(r.from, source::command_line);
     EXPECT_EQ(r.variable, "++set MAXIMUM_HANDLES");
-    EXPECT_EQ(r.shadowed.size(), 3u);
+    EXPECT_EQ(r.shadowed.size(), 2u);
     EXPECT_EQ(count("MAXIMUM_HANDLES"), 8u);
 
     clear_command_line();
@@ -204,9 +205,9 @@ TEST_F(settings_test, typed_readers_parse_every_type) {
     EXPECT_EQ(text("NET_BACKEND"), "auto");
 
     scoped_env on("COVERSE_EAGER_PROTOCOL", "Yes");
-    scoped_env timeout("CONNECTION_TIMEOUT", "0.5");
+    scoped_env timeout("COVERSE_CONNECTION_TIMEOUT", "0.5");
     scoped_env trace("CMI_VMI_TRACE", "/tmp/traces");
-    scoped_env backend("NET_BACKEND", "asio");
+    scoped_env backend("CMI_VMI_NET_BACKEND", "asio");
     scoped_env zc("COVERSE_ZC_THRESHOLD", "off");
     EXPECT_TRUE(enabled("EAGER_PROTOCOL"));
     EXPECT_EQ(duration("CONNECTION_TIMEOUT"), std::chrono::milliseconds(500));
@@ -228,6 +229,22 @@ void expect_malformed(const char* variable, const char* value, const std::string
     }
 }
 
+// Every size and every duration setting takes the same forms (MAX_MESSAGE refused 64M while
+// TRACE_LIMIT took it).
+TEST_F(settings_test, sizes_take_suffixes_and_durations_take_units) {
+    scoped_env size("COVERSE_MAX_MESSAGE", "1M");
+    EXPECT_EQ(count("MAX_MESSAGE"), 1048576u);
+    scoped_env limit("COVERSE_TRACE_LIMIT", "64K");
+    EXPECT_EQ(count("TRACE_LIMIT"), 65536u);
+    scoped_env timeout("COVERSE_CONNECTION_TIMEOUT", "500ms");
+    EXPECT_EQ(duration("CONNECTION_TIMEOUT"), std::chrono::milliseconds(500));
+    scoped_env spin("COVERSE_SPIN_US", "2ms");
+    EXPECT_EQ(duration("SPIN_US"), std::chrono::microseconds(2000));
+    EXPECT_EQ(scheduler_options::from_env().spin, std::chrono::microseconds(2000));
+    EXPECT_FALSE(check(info("MAX_MESSAGE"), "64M"));
+    EXPECT_TRUE(check(info("MAX_MESSAGE"), "64X"));
+}
+
 TEST_F(settings_test, malformed_values_are_errors_naming_variable_value_and_form) {
     expect_malformed("CMI_VMI_MAXIMUM_HANDLES", "lots", "expected a whole number",
                      [] { (void)count("MAXIMUM_HANDLES"); });
@@ -235,7 +252,7 @@ TEST_F(settings_test, malformed_values_are_errors_naming_variable_value_and_form
                      [] { (void)count("MAXIMUM_HANDLES"); });
     expect_malformed("COVERSE_MAXIMUM_HANDLES", "-3", "whole number",
                      [] { (void)count("MAXIMUM_HANDLES"); });
-    expect_malformed("EAGER_PROTOCOL", "maybe", "1/0, on/off, true/false or yes/no",
+    expect_malformed("CMI_VMI_EAGER_PROTOCOL", "maybe", "1/0, on/off, true/false or yes/no",
                      [] { (void)enabled("EAGER_PROTOCOL"); });
     expect_malformed("COVERSE_CONNECTION_TIMEOUT", "0", "seconds above 0",
                      [] { (void)duration("CONNECTION_TIMEOUT"); });

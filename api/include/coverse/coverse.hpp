@@ -58,7 +58,8 @@ class message_stream {
 public:
     /// The next message for the handler (suspends until one arrives).
     task<message> next();
-    std::size_t pending() const noexcept { return _queue.size(); }
+    /// Messages that arrived and were not taken by next() yet.
+    std::size_t pending() const noexcept { return _queue.size() - _head; }
     int handler() const noexcept { return _handler; }
 
 private:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,8 +42,9 @@ struct env_value {
 };
 
 /// Looks a setting up: a command-line override first (set_command_line_setting), then
-/// COVERSE_<name>, then <name>, then the legacy CMI_VMI_<name>; the first one set wins, so a
-/// coverse-specific value overrides one inherited from an old job script. An environment
+/// COVERSE_<name>, then the legacy CMI_VMI_<name>; the first one set wins, so a
+/// coverse-specific value overrides one inherited from an old job script. A bare <name> is
+/// never read: TRACE or SHM in a user's environment belongs to something else. An environment
 /// variable set to the empty string counts as unset.
 std::optional<env_value> env_setting(std::string_view name);
 
@@ -61,6 +63,17 @@ std::optional<bool> parse_switch(std::string_view text);
 
 /// Parses a non-negative decimal count. nullopt if it is not one.
 std::optional<std::size_t> parse_count(std::string_view text);
+
+/// Parses a size in bytes, the one form every size setting takes: a whole number with an
+/// optional K, M or G (any case; powers of 1024), optionally followed by B or iB: "65536",
+/// "64M", "512KiB", "2MB". nullopt if it is not one or does not fit 64 bits.
+std::optional<std::uint64_t> parse_size(std::string_view text);
+
+/// Parses a duration into whole microseconds, the one form every duration setting takes: a
+/// non-negative decimal number with an optional unit us, ms, s or min ("500ms", "0.5s"). A
+/// number without a unit counts `bare_unit_us` microseconds per unit (1000000 for settings in
+/// seconds, 1 for settings in microseconds, where it must then be whole). nullopt otherwise.
+std::optional<std::uint64_t> parse_duration_us(std::string_view text, std::uint64_t bare_unit_us);
 
 /// The settings in force. Read from the environment on first use.
 alloc_config current_config();

@@ -1,6 +1,6 @@
 // Settings registry: every coverse setting in one list (name, type, default, meaning, the
 // layer that reads it), where a setting's value comes from — `++set NAME=VALUE` on the
-// command line, then COVERSE_<NAME>, <NAME>, CMI_VMI_<NAME>, then the default — and typed
+// command line, then COVERSE_<NAME>, CMI_VMI_<NAME>, then the default — and typed
 // readers that turn a malformed value into an error naming the variable. coverse-info shows it.
 #pragma once
 
