@@ -123,7 +123,8 @@ mesh::mesh(backend& b, std::unique_ptr<listener> l, mesh_config cfg)
                                     std::to_string(_cfg.peers.size()) +
                                     " peer addresses: need rank < num_pes and one address per PE");
     _limits.max_payload = _cfg.max_payload;
-    _limits.max_message = _cfg.max_message;
+    // Publish sizes pass the reader up to the largest Converse message; the rdma layer
+    // holds them to MAX_MESSAGE itself, so its refusal can name the setting and the fix.
     _limits.num_pes = _cfg.num_pes;
     _conns.resize(_cfg.num_pes);
 }

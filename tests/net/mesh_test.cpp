@@ -563,12 +563,12 @@ TEST(mesh_config_test, max_message_comes_from_the_settings) {
     ::unsetenv("COVERSE_MAX_MESSAGE");
     ::unsetenv("CMI_VMI_MAX_MESSAGE");
     ::unsetenv("MAX_MESSAGE");
-    EXPECT_EQ(mesh_config{}.max_message, default_max_message);
+    EXPECT_EQ(max_message_from_env(), default_max_message);
     EXPECT_EQ(mesh_config{}.max_payload, default_max_payload);
     ::setenv("COVERSE_MAX_MESSAGE", "1024", 1);
-    EXPECT_EQ(mesh_config{}.max_message, 1024u);
-    EXPECT_EQ(mesh_config{}.max_payload, default_max_payload);
-    alloc::set_command_line_setting("MAX_MESSAGE", "2048");  // ++set wins over the environment
+    EXPECT_EQ(max_message_from_env(), 1024u);
+    EXPECT_EQ(mesh_config{}.max_payload, default_max_payload);  // a frame's bound stays
+    alloc::set_command_line_setting("MAX_MESSAGE", "2048");     // ++set wins over the environment
     EXPECT_EQ(max_message_from_env(), 2048u);
     alloc::clear_command_line_settings();
     // One size parser for every size setting: MAX_MESSAGE takes K/M/G like TRACE_LIMIT (it

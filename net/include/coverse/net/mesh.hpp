@@ -79,8 +79,6 @@ struct mesh_config {
     /// Frames with a longer payload are refused (sending: -EMSGSIZE; receiving: the peer's
     /// connection is closed with an error). Messages larger than a frame go by rendezvous.
     std::uint32_t max_payload = default_max_payload;
-    /// MAX_MESSAGE: the largest rendezvous offer (publish.size) accepted from a peer.
-    std::uint64_t max_message = max_message_from_env();
     /// Where received payloads are allocated (default new[]).
     payload_allocator payload_alloc;
     /// The protocol version our hello announces (tests change it to prove refusal).
