@@ -167,7 +167,8 @@ def targets(samples):
         missing = [i for i in (ours,) + peers if not by_impl.get(i)]
         label = f"{ours} / {peers[0] if len(peers) == 1 else 'best(' + ', '.join(peers) + ')'}"
         if missing:
-            print(f"- n/a  {what}: {', '.join(missing)} not measured (target {op} {bound:.2f})")
+            print(f"- n/a  {what}: no {test} result at {size_text(nbytes)} from "
+                  f"{', '.join(missing)} (target {op} {bound:.2f})")
             continue
         r = ratio(by_impl, test, ours, peers)
         ok = r >= bound if op == ">=" else r <= bound
