@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""Compares coverse-perf with mpi_perf from the JSON lines scripts/bench-perf.sh writes: per
-test and size, the median over the repetitions of each implementation, its spread, and the
-ratio coverse / Open MPI. Prints a Markdown table, then the small-message latency target.
+"""Compares coverse with its peers from the JSON lines scripts/bench-perf.sh writes: per test
+and size, the median over the repetitions of each implementation (a column each, with its
+spread), the ratios issue 10's targets use, then one pass/miss line per target. Prints
+Markdown. With --svg FILE, also plots bandwidth and one-way latency against size (log-log,
+one line per implementation), written by hand: no plotting library needed.
 
-Usage: scripts/bench-perf-table.py RESULTS.jsonl
+Implementations: coverse-shm, coverse-tcp, ompi-vader, ompi-tcp, ucx-shm, ucx-tcp, pvr (raw
+process_vm_readv); the older files' "coverse" and "mpi" read as coverse-shm and ompi-tcp.
+
+Usage: scripts/bench-perf-table.py [--svg FILE] RESULTS.jsonl
 """
+import argparse
 import json
+import math
 import statistics
 import sys
 
@@ -14,16 +21,50 @@ METRICS = {
     "pingpong": ("p50_us", "µs one-way p50", "lower"),
     "bw": ("mbps", "MB/s", "higher"),
     "rate": ("msgs_per_s", "msg/s", "higher"),
+    "get": ("p50_us", "µs one read p50", "lower"),
     "bcast": ("lat_us", "µs", "lower"),
     "barrier": ("lat_us", "µs", "lower"),
 }
-OURS, THEIRS = "coverse", "mpi"
-SMALL = 1024            # pingpong sizes up to here are "small messages"
-TARGET = 0.8            # small-message latency: coverse at most 0.8x Open MPI TCP's
+IMPLS = ["coverse-shm", "coverse-tcp", "ompi-vader", "ompi-tcp", "ucx-shm", "ucx-tcp", "pvr"]
+LEGACY = {"coverse": "coverse-shm", "mpi": "ompi-tcp"}
+
+# (column, ours, peers): ours / the best of the peers (the lowest latency, the highest MB/s).
+RATIOS = [
+    ("shm/vader", "coverse-shm", ("ompi-vader",)),
+    ("shm/pvr", "coverse-shm", ("pvr",)),
+    ("tcp/ompi-tcp", "coverse-tcp", ("ompi-tcp",)),
+    ("tcp/best(ompi-tcp,ucx-tcp)", "coverse-tcp", ("ompi-tcp", "ucx-tcp")),
+]
+
+MiB = 1 << 20
+# Issue 10: (what, test, bytes, ours, peers, ">=" or "<=", bound)
+TARGETS = [
+    ("same-host 1 MiB bandwidth vs Open MPI vader", "bw", MiB, "coverse-shm", ("ompi-vader",),
+     ">=", 1.1),
+    ("same-host 4 MiB bandwidth vs Open MPI vader", "bw", 4 * MiB, "coverse-shm",
+     ("ompi-vader",), ">=", 1.1),
+    ("same-host 1 MiB bandwidth vs raw process_vm_readv", "bw", MiB, "coverse-shm", ("pvr",),
+     ">=", 0.95),
+    ("same-host 4 MiB bandwidth vs raw process_vm_readv", "bw", 4 * MiB, "coverse-shm", ("pvr",),
+     ">=", 0.95),
+    ("same-host 1 MiB one-way latency vs Open MPI vader", "pingpong", MiB, "coverse-shm",
+     ("ompi-vader",), "<=", 0.9),
+    ("TCP 1 MiB bandwidth vs the better of Open MPI TCP and UCX TCP", "bw", MiB, "coverse-tcp",
+     ("ompi-tcp", "ucx-tcp"), ">=", 1.2),
+    ("TCP 1 MiB one-way latency vs Open MPI TCP", "pingpong", MiB, "coverse-tcp", ("ompi-tcp",),
+     "<=", 1.0),
+]
+SMALL = 1024  # issue 5: same-host small-message latency at most 0.8x Open MPI TCP's
+SMALL_TARGET = 0.8
+
+COLORS = {
+    "coverse-shm": "#d62728", "coverse-tcp": "#ff7f0e", "ompi-vader": "#1f77b4",
+    "ompi-tcp": "#17becf", "ucx-shm": "#2ca02c", "ucx-tcp": "#9acd32", "pvr": "#555555",
+}
 
 
 def size_text(n):
-    if n >= 1 << 20 and n % (1 << 20) == 0:
+    if n >= MiB and n % MiB == 0:
         return f"{n >> 20} MiB"
     if n >= 1024 and n % 1024 == 0:
         return f"{n >> 10} KiB"
@@ -33,12 +74,13 @@ def size_text(n):
 def value_text(v, unit):
     if v is None:
         return "—"
-    return f"{v:.2f}" if unit.startswith("µs") else f"{v:,.0f}"
+    if unit.startswith("µs"):
+        return f"{v:.2f}" if v < 100 else f"{v:.0f}"
+    return f"{v:,.0f}"
 
 
-def main(path):
+def load(path):
     samples = {}  # (test, bytes) -> impl -> [values]
-    order = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -51,53 +93,204 @@ def main(path):
             test = r.get("test")
             if test not in METRICS or METRICS[test][0] not in r:
                 continue
-            key = (test, r.get("bytes", 0))
-            if key not in samples:
-                samples[key] = {}
-                order.append(key)
-            samples[key].setdefault(r.get("impl", "?"), []).append(r[METRICS[test][0]])
+            impl = r.get("impl", "?")
+            impl = LEGACY.get(impl, impl)
+            samples.setdefault((test, r.get("bytes", 0)), {}).setdefault(impl, []).append(
+                r[METRICS[test][0]])
     if not samples:
         sys.exit(f"bench-perf-table: no results in {path}")
+    return samples
 
-    def median(vals):
-        return statistics.median(vals) if vals else None
 
-    def spread(vals):
-        m = median(vals)
-        if not vals or len(vals) < 2 or not m:
-            return "—"
-        return f"±{(max(vals) - min(vals)) / 2 / m * 100:.0f}%"
+def median(vals):
+    return statistics.median(vals) if vals else None
 
-    print(f"| test | size | metric | coverse | spread | Open MPI TCP | spread | coverse/OMPI | better |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---|")
-    small = []
-    for key in order:
+
+def spread(vals):
+    m = median(vals)
+    if not vals or len(vals) < 2 or not m:
+        return ""
+    return f" ±{(max(vals) - min(vals)) / 2 / m * 100:.0f}%"
+
+
+def ratio(by_impl, test, ours, peers):
+    """ours / the best peer's median, or None when any of them is missing."""
+    mo = median(by_impl.get(ours, []))
+    mp = [median(by_impl.get(p, [])) for p in peers]
+    if mo is None or any(m is None or m == 0 for m in mp):
+        return None
+    best = min(mp) if METRICS[test][2] == "lower" else max(mp)
+    return mo / best
+
+
+def test_order(key):
+    order = list(METRICS)
+    return (order.index(key[0]), key[1])
+
+
+def table(samples):
+    keys = sorted(samples, key=test_order)
+    present = {i for s in samples.values() for i in s}
+    impls = [i for i in IMPLS if i in present] + sorted(present - set(IMPLS))
+    ratios = [r for r in RATIOS if r[1] in present and all(p in present for p in r[2])]
+    head = ["test", "size", "metric", "better"] + impls + [r[0] for r in ratios]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * 4 + "---:|" * (len(impls) + len(ratios)))
+    for key in keys:
         test, nbytes = key
-        field, unit, better = METRICS[test]
-        ours, theirs = samples[key].get(OURS, []), samples[key].get(THEIRS, [])
-        mo, mt = median(ours), median(theirs)
-        ratio = mo / mt if mo is not None and mt else None
-        if test == "pingpong" and nbytes <= SMALL and ratio is not None:
-            small.append((nbytes, ratio))
-        print(f"| {test} | {size_text(nbytes) if test != 'barrier' else '—'} | {unit} "
-              f"| {value_text(mo, unit)} | {spread(ours)} | {value_text(mt, unit)} "
-              f"| {spread(theirs)} | {f'{ratio:.2f}' if ratio is not None else '—'} | {better} |")
+        _, unit, better = METRICS[test]
+        row = [test, size_text(nbytes) if test != "barrier" else "—", unit, better]
+        for i in impls:
+            vals = samples[key].get(i, [])
+            row.append(value_text(median(vals), unit) + spread(vals) if vals else "—")
+        for _, ours, peers in ratios:
+            r = ratio(samples[key], test, ours, peers)
+            row.append(f"{r:.2f}" if r is not None else "—")
+        print("| " + " | ".join(row) + " |")
+    counts = {i: max(len(s.get(i, [])) for s in samples.values()) for i in impls}
+    reps = sorted(set(counts.values()))
+    if len(reps) == 1:
+        print(f"\nMedians of {reps[0]} repetitions", end="")
+    else:
+        print("\nMedians over the repetitions each ran ("
+              + ", ".join(f"{i} {n}" for i, n in counts.items()) + ")", end="")
+    print("; ± is half the range over the median. A ratio is coverse's median over the "
+          "peer's (over the better peer's for best(...)): below 1 is better for latency "
+          "(lower is better), above 1 for MB/s and msg/s (higher is better). pvr's latency "
+          "row (get) is one process_vm_readv call, not a message.")
 
-    reps = max(len(v) for s in samples.values() for v in s.values())
-    print(f"\nMedians of {reps} repetitions; spread is half the range over the median. "
-          f"Ratios below 1 are better for latency, above 1 for MB/s and msg/s.")
+
+def targets(samples):
+    print("\nIssue 10's targets:\n")
+    for what, test, nbytes, ours, peers, op, bound in TARGETS:
+        by_impl = samples.get((test, nbytes), {})
+        missing = [i for i in (ours,) + peers if not by_impl.get(i)]
+        label = f"{ours} / {peers[0] if len(peers) == 1 else 'best(' + ', '.join(peers) + ')'}"
+        if missing:
+            print(f"- n/a  {what}: no {test} result at {size_text(nbytes)} from "
+                  f"{', '.join(missing)} (target {op} {bound:.2f})")
+            continue
+        r = ratio(by_impl, test, ours, peers)
+        ok = r >= bound if op == ">=" else r <= bound
+        print(f"- {'PASS' if ok else 'MISS'} {what}: {label} = {r:.2f} (target {op} {bound:.2f})")
+    small = [(b, ratio(s, "pingpong", "coverse-shm", ("ompi-tcp",)))
+             for (t, b), s in sorted(samples.items()) if t == "pingpong" and b <= SMALL]
+    small = [(b, r) for b, r in small if r is not None]
     if small:
         worst = max(r for _, r in small)
-        verdict = "met" if worst <= TARGET else "missed"
         sizes = ", ".join(f"{size_text(b)} {r:.2f}" for b, r in small)
-        print(f"Small-message latency, coverse / Open MPI TCP (p50): {sizes}; "
-              f"target at most {TARGET:.2f} at every size up to {size_text(SMALL)}: {verdict}.")
-    elif any(t == "pingpong" for t, _ in order):
-        print("No small-message pingpong pair to compare (one implementation is missing).")
+        print(f"- {'PASS' if worst <= SMALL_TARGET else 'MISS'} issue 5, same-host "
+              f"small-message latency vs Open MPI TCP: coverse-shm / ompi-tcp {sizes} "
+              f"(target <= {SMALL_TARGET:.2f} up to {size_text(SMALL)})")
+
+
+# --- the plot -------------------------------------------------------------------------------
+
+def svg_panel(out, x0, y0, w, h, title, ylabel, series, sizes):
+    """A log-log panel at (x0, y0): series is [(impl, label, dash, [(bytes, value)])]."""
+    vals = [v for _, _, _, pts in series for _, v in pts if v and v > 0]
+    if not vals or not sizes:
+        return
+    lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
+    if hi == lo:
+        hi += 1
+    sx_lo, sx_hi = math.log2(min(sizes)), math.log2(max(sizes))
+    if sx_hi == sx_lo:
+        sx_hi += 1
+    left, right, top, bottom = 70, 30, 30, 45
+    pw, ph = w - left - right, h - top - bottom
+
+    def px(b):
+        return x0 + left + (math.log2(b) - sx_lo) / (sx_hi - sx_lo) * pw
+
+    def py(v):
+        return y0 + top + ph - (math.log10(v) - lo) / (hi - lo) * ph
+
+    out.append(f'<text x="{x0 + left + pw / 2:.1f}" y="{y0 + 18}" text-anchor="middle" '
+               f'font-weight="bold">{title}</text>')
+    out.append(f'<rect x="{x0 + left}" y="{y0 + top}" width="{pw}" height="{ph}" '
+               f'fill="none" stroke="#333"/>')
+    for e in range(lo, hi + 1):
+        y = py(10 ** e)
+        out.append(f'<line x1="{x0 + left}" y1="{y:.1f}" x2="{x0 + left + pw}" y2="{y:.1f}" '
+                   f'stroke="#ddd"/>')
+        label = f"{10 ** e:,}" if e >= 0 else f"{10 ** e:g}"
+        out.append(f'<text x="{x0 + left - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>')
+    for b in sizes:
+        x = px(b)
+        out.append(f'<line x1="{x:.1f}" y1="{y0 + top}" x2="{x:.1f}" y2="{y0 + top + ph}" '
+                   f'stroke="#eee"/>')
+        out.append(f'<text x="{x:.1f}" y="{y0 + top + ph + 16}" text-anchor="middle">'
+                   f'{size_text(b)}</text>')
+    out.append(f'<text x="{x0 + left + pw / 2:.1f}" y="{y0 + h - 6}" text-anchor="middle">'
+               f'message size (log)</text>')
+    out.append(f'<text transform="translate({x0 + 16},{y0 + top + ph / 2:.1f}) rotate(-90)" '
+               f'text-anchor="middle">{ylabel}</text>')
+    for impl, _, dash, pts in series:
+        pts = [(b, v) for b, v in pts if v and v > 0]
+        if not pts:
+            continue
+        color = COLORS.get(impl, "#000")
+        path = " ".join(f"{px(b):.1f},{py(v):.1f}" for b, v in pts)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"'
+                   f'{dash}/>')
+        for b, v in pts:
+            out.append(f'<circle cx="{px(b):.1f}" cy="{py(v):.1f}" r="3" fill="{color}"/>')
+
+
+def write_svg(path, samples):
+    present = {i for s in samples.values() for i in s}
+    impls = [i for i in IMPLS if i in present] + sorted(present - set(IMPLS))
+
+    def series(test, label_of=lambda i: i):
+        out = []
+        for i in impls:
+            pts = sorted((b, median(s[i])) for (t, b), s in samples.items() if t == test and i in s)
+            if pts:
+                dash = ' stroke-dasharray="6,4"' if i.endswith("tcp") else (
+                    ' stroke-dasharray="2,3"' if i == "pvr" else "")
+                out.append((i, label_of(i), dash, pts))
+        return out
+
+    bw = series("bw")
+    lat = series("pingpong") + [(i, "pvr (one read)", d, p) for i, _, d, p in series("get")]
+    bw_sizes = sorted({b for t, b in samples if t == "bw"})
+    lat_sizes = sorted({b for t, b in samples if t in ("pingpong", "get")})
+    W, H, legend_h = 1100, 430, 50
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H + legend_h}" '
+           f'viewBox="0 0 {W} {H + legend_h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{W}" height="{H + legend_h}" fill="white"/>']
+    svg_panel(out, 0, 0, W // 2, H, "Bandwidth, window of 64 (higher is better)",
+              "MB/s (10^6 B/s, log)", bw, bw_sizes)
+    svg_panel(out, W // 2, 0, W // 2, H, "One-way latency, p50 (lower is better)",
+              "µs (log)", lat, lat_sizes)
+    labels = [(i, lbl, d) for i, lbl, d, _ in bw]
+    labels += [(i, lbl, d) for i, lbl, d, _ in lat if (i, lbl, d) not in labels]
+    x = 70
+    for impl, label, dash in labels:
+        color = COLORS.get(impl, "#000")
+        out.append(f'<line x1="{x}" y1="{H + 20}" x2="{x + 28}" y2="{H + 20}" stroke="{color}" '
+                   f'stroke-width="2"{dash}/>')
+        out.append(f'<text x="{x + 34}" y="{H + 24}">{label}</text>')
+        x += 44 + 7 * len(label)
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description="The side-by-side table of scripts/bench-perf.sh's JSON lines.")
+    ap.add_argument("results", help="the JSON lines file bench-perf.sh wrote")
+    ap.add_argument("--svg", metavar="FILE", help="also write the plot to FILE")
+    a = ap.parse_args()
+    samples = load(a.results)
+    table(samples)
+    targets(samples)
+    if a.svg:
+        write_svg(a.svg, samples)
+        print(f"\nPlot: {a.svg}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
-        print(__doc__.strip(), file=sys.stdout if len(sys.argv) == 2 else sys.stderr)
-        sys.exit(0 if len(sys.argv) == 2 else 2)
-    main(sys.argv[1])
+    main()

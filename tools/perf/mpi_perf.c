@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "perf_args.h"
+
 enum { PINGPONG, BW, RATE, NTESTS };
 static const char* const test_names[NTESTS] = {"pingpong", "bw", "rate"};
 static int world_size; /* the JSON lines' "pes" */
@@ -47,43 +49,6 @@ static void usage(FILE* f) {
 
 static long clampl(long v, long lo, long hi) {
     return v < lo ? lo : v > hi ? hi : v;
-}
-
-static int parse_long(const char* s, long min, long* out) {
-    char* end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < min) return 0;
-    *out = v;
-    return 1;
-}
-
-static int parse_size(const char* s, long* out) {
-    char buf[64];
-    size_t n = strlen(s);
-    long unit = 1;
-    if (n == 0 || n >= sizeof buf) return 0;
-    memcpy(buf, s, n + 1);
-    switch (buf[n - 1]) {
-        case 'k':
-        case 'K':
-            unit = KiB;
-            break;
-        case 'm':
-        case 'M':
-            unit = MiB;
-            break;
-        case 'g':
-        case 'G':
-            unit = 1024 * MiB;
-            break;
-        default:
-            break;
-    }
-    if (unit != 1) buf[n - 1] = '\0';
-    long v;
-    if (!parse_long(buf, 1, &v) || v > (INT_MAX - 16) / unit) return 0;
-    *out = v * unit;
-    return 1;
 }
 
 /* 0: fine, 1: --help, 2: bad argument (message in err). */
@@ -135,7 +100,8 @@ static int parse_options(int argc, char** argv, struct options* o, char* err, si
             snprintf(list, sizeof list, "%s", v);
             o->nsizes = 0;
             for (char* t = strtok(list, ","); t; t = strtok(NULL, ",")) {
-                if (o->nsizes == MAX_SIZES || !parse_size(t, &o->sizes[o->nsizes])) {
+                if (o->nsizes == MAX_SIZES ||
+                    !perf_parse_size(t, INT_MAX - 16, &o->sizes[o->nsizes])) {
                     snprintf(err, errlen, "--sizes: \"%s\" is not a size (or too many sizes)", t);
                     return 2;
                 }
@@ -145,7 +111,7 @@ static int parse_options(int argc, char** argv, struct options* o, char* err, si
             long n;
             long min = !strcmp(a, "--warmup") ? 0 : 1;
             long max = !strcmp(a, "--window") ? 100000 : 100000000;
-            if (!parse_long(v, min, &n) || n > max) {
+            if (!perf_parse_long(v, min, max, &n)) {
                 snprintf(err, errlen, "%s: \"%s\" is not a count from %ld to %ld", a, v, min, max);
                 return 2;
             }
