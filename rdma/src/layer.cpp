@@ -33,11 +33,15 @@ layer_config layer_config::from_settings() {
     if (forced != "auto") c.forced = provider_from_string(forced);
     c.rndv_chunk = std::max<std::size_t>(4096, settings::count("RNDV_CHUNK"));
     c.rndv_split = settings::count("RNDV_SPLIT");
+    c.rndv_fetches = std::max<std::size_t>(1, settings::count("RNDV_FETCHES"));
     return c;
 }
 
 layer::impl::impl(layer& s, scheduler& sc, layer_config c, upcalls& u)
-    : self(s), sched(sc), cfg(std::move(c)), up(u), peers(cfg.num_pes) {}
+    : self(s), sched(sc), cfg(std::move(c)), up(u), peers(cfg.num_pes) {
+    for (auto& p : peers)
+        p.fetch_slots = std::make_unique<semaphore>(cfg.rndv_fetches);
+}
 
 layer::impl::~impl() = default;
 

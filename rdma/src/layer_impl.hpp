@@ -15,6 +15,7 @@
 #include <coverse/rdma/layer.hpp>
 #include <coverse/rdma/shm_ring.hpp>
 #include <coverse/rdma/tcp.hpp>
+#include <coverse/runtime/semaphore.hpp>
 
 namespace coverse::rdma {
 
@@ -56,6 +57,9 @@ struct peer {
     bool verdict_known = false;
     // In-order delivery behind rendezvous still being fetched.
     std::deque<held_message> held;
+    // RNDV_FETCHES: fetches from this peer that run at once; the rest wait their turn, so
+    // a window of large messages recycles a few hot buffers instead of touching one each.
+    std::unique_ptr<semaphore> fetch_slots;
 };
 
 struct rndv_out;
@@ -92,8 +96,8 @@ struct layer::impl {
                      std::span<const std::byte> bytes, send_completion* done);
     /// A small control payload (publish, get_done, ...) the layer owns until it is sent.
     /// Returns 0, or -errno when the path to `dest` is down (nothing was queued).
-    int stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
-                        std::uint32_t root, std::span<const std::byte> payload);
+    int stream_control(std::uint32_t dest, net::frame_type type, bool broadcast, std::uint32_t root,
+                       std::span<const std::byte> payload);
     void deliver(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                  std::uint32_t root);
     void release_held(std::uint32_t from);

@@ -7,7 +7,8 @@
 //   tail the receiver asked for] -> get-done -> release (finish_send: the registration,
 //   then the completion, exactly once; also when the peer is lost: -EPIPE).
 // Receiver stages (receive_task, a coroutine):
-//   allocate the message (bounded by MAX_MESSAGE at the publish) -> [same host, both ways
+//   wait for a turn (RNDV_FETCHES per peer at once, in publish order) -> allocate the
+//   message (bounded by MAX_MESSAGE at the publish) -> [same host, both ways
 //   cma, from RNDV_SPLIT bytes: ask the sender to put the tail, so both PEs' cores copy at
 //   once] -> get the head in RNDV_CHUNK pieces -> [wait for the tail] -> get-done ->
 //   deliver, in the peer's order (messages that arrived behind the publish waited).
@@ -158,6 +159,10 @@ task<void> layer::impl::receive_task(impl* self, rndv_in* in) {
     const std::uint32_t from = in->from;
     const net::publish_payload offer = in->offer;
     const std::uint64_t size = offer.size;
+    // Wait for our turn among this peer's fetches (FIFO: in publish order).
+    // (Only a closing layer cancels this wait, and it closes once nothing is in flight.)
+    semaphore& turn = *self->peers[from].fetch_slots;
+    co_await turn.acquire();
     void* msg = alloc::msg_alloc(static_cast<std::size_t>(size));
     if (!msg)
         self->up.on_fatal("PE " + std::to_string(self->cfg.rank) + ": out of memory for a " +
@@ -205,7 +210,8 @@ task<void> layer::impl::receive_task(impl* self, rndv_in* in) {
                                      r.ok() ? net::get_status::ok : net::get_status::failed};
     if (r.status != op_status::peer_lost)
         self->stream_control(from, net::frame_type::get_done, false, 0, net::encode(done));
-    if (!r.ok()) {  // one place releases the message of a failed receive
+    turn.release();  // the next fetch from this peer may start
+    if (!r.ok()) {   // one place releases the message of a failed receive
         alloc::msg_free(msg);
         msg = nullptr;
     }

@@ -253,8 +253,8 @@ shm_doorbell::~shm_doorbell() {
 
 shm_doorbell shm_doorbell::create(const std::string& path) {
     if (::mkfifo(path.c_str(), 0600) != 0)
-        fail(errno,
-             "cannot create the doorbell FIFO " + path + " (is /dev/shm writable? or ++set SHM=off)");
+        fail(errno, "cannot create the doorbell FIFO " + path +
+                        " (is /dev/shm writable? or ++set SHM=off)");
     // O_RDWR: the FIFO always has a writer, so it never reports end-of-file to our poll.
     const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {

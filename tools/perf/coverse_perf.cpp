@@ -4,7 +4,8 @@
 // broadcasts "done" and every PE leaves through ConverseExit.
 //
 // Tests: pingpong (PE 0 <-> PE 1, CmiAlloc + CmiSyncSendAndFree from the handler, the usual
-// Converse ping-pong), bw and rate (PE 0 sends windows of W messages, PE 1 acks each window),
+// Converse ping-pong), bw and rate (PE 0 sends windows of W messages, PE 1 acks each window;
+// the W messages are CmiAsyncSends of one buffer, as mpi_perf's MPI_Isends and osu_bw's are),
 // bcast (CmiSyncBroadcastAllAndFree, every PE acks to PE 0), barrier (CmiBarrier on every PE).
 #include <converse.h>
 
@@ -42,8 +43,10 @@ struct run_state {
     double sent_at = 0;
     double start = 0;
     double end = 0;
-    std::vector<double> rtt_us;  // pingpong: one round trip per measured iteration
-    int acks = 0;                // bcast: acks of the current broadcast
+    std::vector<double> rtt_us;          // pingpong: one round trip per measured iteration
+    int acks = 0;                        // bcast: acks of the current broadcast
+    void* window_buf = nullptr;          // bw, rate: the one buffer every message of a window sends
+    std::vector<CmiCommHandle> handles;  // bw, rate: the window's handles still held
 } run;
 
 // PE 1's count of window messages; it acks the W-th and starts over.
@@ -113,10 +116,19 @@ result run_pingpong(std::size_t bytes) {
 
 // ---- bw and rate: windows of messages, one ack per window --------------------------------
 
+// W async sends of one buffer (the receiver still gets W messages of its own): large ones
+// go by rendezvous straight from it. The ack of a window means every message was fetched,
+// so its handles are done and released before the next window.
 void send_window() {
+    for (CmiCommHandle c : run.handles) {
+        while (!CmiAsyncMsgSent(c)) {
+        }
+        CmiReleaseCommHandle(c);
+    }
+    run.handles.clear();
     for (int i = 0; i < opts.window; ++i)
-        CmiSyncSendAndFree(1, static_cast<int>(run.msg_bytes),
-                           new_message(run.msg_bytes, h.window_data));
+        if (CmiCommHandle c = CmiAsyncSend(1, static_cast<int>(run.msg_bytes), run.window_buf))
+            run.handles.push_back(c);
 }
 
 void window_data_handler(void* msg) {  // PE 1
@@ -141,9 +153,18 @@ double run_windows(std::size_t bytes, const run_plan& plan) {
     run.msg_bytes = header_bytes + bytes;
     run.warmup = plan.warmup;
     run.total = plan.warmup + plan.iters;
+    run.window_buf = new_message(run.msg_bytes, h.window_data);
+    std::memset(static_cast<char*>(run.window_buf) + header_bytes, 0x5a, bytes);
     iteration_done();
     send_window();
     CsdScheduler(-1);
+    for (CmiCommHandle c : run.handles) {
+        while (!CmiAsyncMsgSent(c)) {
+        }
+        CmiReleaseCommHandle(c);
+    }
+    run.handles.clear();
+    CmiFree(run.window_buf);
     return run.end - run.start;
 }
 

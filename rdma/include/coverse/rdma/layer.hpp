@@ -86,6 +86,8 @@ struct layer_config {
     std::size_t rndv_chunk = 4u << 20;
     /// RNDV_SPLIT: from this size a same-host rendezvous is copied by both PEs at once.
     std::size_t rndv_split = 256u << 10;
+    /// RNDV_FETCHES: rendezvous fetched from one peer at once (the rest queue, in order).
+    std::size_t rndv_fetches = 2;
 
     /// Reads every setting above from the registry (rank, num_pes, job_key stay).
     static layer_config from_settings();
