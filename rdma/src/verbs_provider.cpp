@@ -43,6 +43,17 @@ namespace coverse::rdma {
 
 namespace {
 
+std::string errno_text(int err) {
+    return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
+
+// ibv_get_device_list returned null: why, in the words both discovery and the provider use.
+std::string no_device_list(int err) {
+    return "no RDMA device (ibv_get_device_list: " + errno_text(err) +
+           (err == ENOSYS ? ": this kernel has no RDMA support)"
+                          : ": no RDMA driver is loaded, or /dev/infiniband is not accessible)");
+}
+
 std::string port_state_name(ibv_port_state s) {
     switch (s) {
         case IBV_PORT_ACTIVE:
@@ -65,10 +76,7 @@ std::vector<verbs_device> list_verbs_devices(std::string* why) {
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (!list) {
-        if (why)
-            *why =
-                "no RDMA device (ibv_get_device_list failed: the kernel has no RDMA "
-                "support or no driver is loaded)";
+        if (why) *why = no_device_list(errno);
         return out;
     }
     for (int i = 0; i < n; ++i) {
@@ -163,10 +171,6 @@ constexpr int mr_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_
 constexpr std::uint32_t wanted_send_depth = 256;  // WRs in flight per queue pair
 constexpr int wanted_cq_depth = 4096;             // WRs in flight in all (one CQE each)
 constexpr int wanted_rd_atomic = 16;              // RDMA reads in flight per queue pair
-
-std::string errno_text(int err) {
-    return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
-}
 
 // ibv_reg_mr pins pages: the usual refusal is RLIMIT_MEMLOCK. Said with the limit and the
 // fix, as UCX says it.
@@ -342,11 +346,7 @@ private:
 std::optional<std::string> verbs_provider::open() {
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
-    if (!list) {
-        const int err = errno;
-        return "no RDMA device (ibv_get_device_list: " + errno_text(err) +
-               (err == ENOSYS ? ": this kernel has no RDMA support)" : ")");
-    }
+    if (!list) return no_device_list(errno);
     std::string seen;  // the ports that are not active, for the message
     std::string first_name;
     for (int i = 0; i < n && !_ctx; ++i) {
