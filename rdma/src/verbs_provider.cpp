@@ -354,7 +354,8 @@ std::optional<std::string> verbs_provider::open() {
         if (i == 0) first_name = name;
         ibv_context* ctx = ibv_open_device(list[i]);
         if (!ctx) {
-            seen += (seen.empty() ? "" : ", ") + name + ": ibv_open_device: " + errno_text(errno);
+            const int err = errno;  // before anything that may allocate
+            seen += (seen.empty() ? "" : ", ") + name + ": ibv_open_device: " + errno_text(err);
             continue;
         }
         ibv_device_attr da{};
@@ -397,8 +398,8 @@ std::optional<std::string> verbs_provider::open() {
     ibv_free_device_list(list);
     if (n == 0) return std::string("no RDMA device");
     if (!_ctx)
-        return (n == 1 ? "device " + first_name + " has no active port ("
-                       : "no RDMA device has an active port (") +
+        return (n == 1 ? "device " + first_name + " has no usable active port ("
+                       : "no RDMA device has a usable active port (") +
                seen +
                "; ibv_devinfo shows the ports: check the link, and on InfiniBand that a subnet "
                "manager runs)";
@@ -415,18 +416,22 @@ std::optional<std::string> verbs_provider::open() {
             return "device " + where() + " has no LID (no subnet manager has configured it)";
         if (ibv_query_gid(_ctx, _port, 0, &_gid) != 0) std::memset(&_gid, 0, sizeof _gid);
     }
+    // errno is read before the message is built: allocating may change it.
+    const auto failed = [&](const char* call) {
+        const std::string err = errno_text(errno);
+        return std::string(call) + " on " + _device + " failed: " + err;
+    };
     _pd = ibv_alloc_pd(_ctx);
-    if (!_pd) return "ibv_alloc_pd on " + _device + " failed: " + errno_text(errno);
+    if (!_pd) return failed("ibv_alloc_pd");
     _channel = ibv_create_comp_channel(_ctx);
-    if (!_channel) return "ibv_create_comp_channel on " + _device + " failed: " + errno_text(errno);
+    if (!_channel) return failed("ibv_create_comp_channel");
     // Non-blocking: the channel task takes events only after io_uring said the fd is ready,
     // and never blocks the loop on a spurious readiness.
     const int fl = ::fcntl(_channel->fd, F_GETFL);
     if (fl < 0 || ::fcntl(_channel->fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return "fcntl(O_NONBLOCK) on the completion channel of " + _device +
-               " failed: " + errno_text(errno);
+        return failed("fcntl(O_NONBLOCK) of the completion channel");
     _cq = ibv_create_cq(_ctx, static_cast<int>(_cq_depth), nullptr, _channel, 0);
-    if (!_cq) return "ibv_create_cq on " + _device + " failed: " + errno_text(errno);
+    if (!_cq) return failed("ibv_create_cq");
     return std::nullopt;
 }
 
@@ -514,7 +519,8 @@ verbs_provider::queue_pair* verbs_provider::qp_for(std::uint32_t pe, std::string
     ia.cap.max_recv_sge = 1;
     ibv_qp* qp = ibv_create_qp(_pd, &ia);
     if (!qp) {
-        *why = "ibv_create_qp on " + _device + " failed: " + errno_text(errno);
+        const std::string err = errno_text(errno);
+        *why = "ibv_create_qp on " + _device + " failed: " + err;
         return nullptr;
     }
     ibv_qp_attr attr{};
