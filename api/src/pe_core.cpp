@@ -70,6 +70,9 @@ pe_core& pe_core::get(const char* caller) {
 }
 
 void pe_core::consume_flags(int& argc, char** argv) {
+    // coverse-run ++verbose asks its PEs too (COVERSE_VERBOSE=1).
+    if (const char* v = std::getenv("COVERSE_VERBOSE"); v && *v && std::string_view(v) != "0")
+        _opts.verbose = true;
     for (int i = 1; i < argc;) {
         const std::string_view a = argv[i];
         if (a == "+p" && i + 1 < argc) {
@@ -208,13 +211,13 @@ void pe_core::start_networked(const net::launch_info& info) {
                                  ": cannot listen on 127.0.0.1: " + std::strerror(-l.error));
     const std::uint16_t port = l.value->local().port;
 
-    start_trace(_backend_why);
     rdma::layer_config rc = rdma::layer_config::from_settings();
     rc.rank = _pe;
     rc.num_pes = _num_pes;
     rc.job_key = info.job_key;
     _rdma = std::make_unique<rdma::layer>(*_sched, rc, static_cast<rdma::upcalls&>(*this));
     _rdma->prepare();  // before registering: peers may map our rings once the mesh is up
+    start_trace(_backend_why);
     trace::emit(trace::kind::phase_begin, 1);
     auto table = _launcher->register_node(port, "127.0.0.1", timeout);
     trace::emit(trace::kind::phase_end, 1);
@@ -269,7 +272,7 @@ void pe_core::start_trace(const std::string& backend) {
     info.pe = _pe;
     info.num_pes = _num_pes;
     info.backend = backend;
-    info.provider = "none (stream path only)";
+    info.provider = _rdma ? _rdma->provider_summary() : "none (one PE)";
     for (const auto& s : settings::all()) {
         try {
             const auto r = settings::resolve(s.name);

@@ -272,6 +272,9 @@ private:
                     std::uint32_t root) override {
         accept_message(from, msg, size, broadcast, root);
     }
+    void on_lost_message(std::uint32_t, std::uint64_t, const std::string& text) override {
+        peer_lost(text);
+    }
     [[noreturn]] void on_fatal(const std::string& text) override { fatal(text); }
     void on_notice(const std::string& text) override { print(text, true); }
     struct open_send {

@@ -221,17 +221,28 @@ namespace {
 struct owned_control final : send_completion {
     std::array<std::byte, 32> bytes{};
     std::size_t size = 0;
-    void sent(int) noexcept override { delete this; }
+    int* result = nullptr;  // set while stream_control() waits to hear a failure at once
+    void sent(int r) noexcept override {
+        if (result) *result = r;
+        delete this;
+    }
 };
 }  // namespace
 
-void layer::impl::stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
-                                 std::uint32_t root, std::span<const std::byte> payload) {
+int layer::impl::stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
+                                std::uint32_t root, std::span<const std::byte> payload) {
     auto* c = new owned_control;
     c->size = payload.size();
     std::memcpy(c->bytes.data(), payload.data(), payload.size());
+    int result = 1;  // 1: not completed during stream_send (c is still alive, queued)
+    c->result = &result;
     stream_send(dest, type, broadcast, root, std::span<const std::byte>(c->bytes.data(), c->size),
                 c);
+    if (result == 1) {
+        c->result = nullptr;  // it completes later, when nobody waits here any more
+        return 0;
+    }
+    return result < 0 ? result : 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -405,6 +416,16 @@ const protocol_table& layer::impl::table_for(std::uint32_t pe) const noexcept {
         slot = make_protocol_table(path, p.get_with, cfg.small_boundary, cfg.medium_boundary,
                                    split ? cfg.rndv_split : 0);
     return *slot;
+}
+
+std::string layer::provider_summary() const {
+    const impl& m = *_impl;
+    if (m.cfg.forced)
+        return "forced: " + std::string(to_string(*m.cfg.forced)) + " (RDMA_PROVIDER)";
+    std::string out = "auto: same host cma, other hosts ";
+    out += m.verbs ? "verbs" : "tcp";
+    if (!m.verbs && !m.verbs_why.empty()) out += " (verbs: " + m.verbs_why + ")";
+    return out;
 }
 
 std::string layer::describe() const {

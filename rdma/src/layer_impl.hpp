@@ -91,7 +91,8 @@ struct layer::impl {
     void stream_send(std::uint32_t dest, net::frame_type type, bool broadcast, std::uint32_t root,
                      std::span<const std::byte> bytes, send_completion* done);
     /// A small control payload (publish, get_done, ...) the layer owns until it is sent.
-    void stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
+    /// Returns 0, or -errno when the path to `dest` is down (nothing was queued).
+    int stream_control(std::uint32_t dest, net::frame_type type, bool broadcast,
                         std::uint32_t root, std::span<const std::byte> payload);
     void deliver(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                  std::uint32_t root);

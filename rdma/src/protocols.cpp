@@ -15,9 +15,9 @@ std::string bytes_range(const protocol_info& p, bool last) {
 
 std::string protocol_table::describe() const {
     std::string out;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
+    for (std::size_t i = 0; i < count; ++i) {
         if (i) out += ", ";
-        out += std::string(rows[i].name) + " " + bytes_range(rows[i], i + 1 == rows.size());
+        out += std::string(rows[i].name) + " " + bytes_range(rows[i], i + 1 == count);
     }
     return out;
 }
@@ -36,16 +36,22 @@ protocol_table make_protocol_table(stream_path path, provider_kind rndv, std::si
     std::string_view name = "rndv/get/tcp";
     std::string_view needs = "get emulated over the connection, served by the sender";
     if (rndv == provider_kind::cma) {
-        name = split ? "rndv/get+put/cma" : "rndv/get/cma";
-        needs = split ? "process_vm_readv by the receiver, process_vm_writev of the second "
-                        "part by the sender from RNDV_SPLIT bytes"
-                      : "process_vm_readv by the receiver";
+        name = "rndv/get/cma";
+        needs = "process_vm_readv by the receiver";
     } else if (rndv == provider_kind::verbs) {
         name = "rndv/get/verbs";
         needs = "an RDMA read on an RC queue pair, registered memory on both sides";
     }
+    constexpr std::size_t unbounded = static_cast<std::size_t>(-1);
+    const bool two = rndv == provider_kind::cma && split > medium;
     t.rows[2] = protocol_info{name, protocol_method::rendezvous, medium + 1,
-                              static_cast<std::size_t>(-1), needs};
+                              two ? split - 1 : unbounded, needs};
+    t.count = 3;
+    if (two)
+        t.rows[t.count++] =
+            protocol_info{"rndv/get+put/cma", protocol_method::rendezvous, split, unbounded,
+                          "the receiver gets the first half while the sender puts the second "
+                          "(process_vm_readv and process_vm_writev on both cores)"};
     return t;
 }
 

@@ -11,8 +11,8 @@
 //   cma, from RNDV_SPLIT bytes: ask the sender to put the tail, so both PEs' cores copy at
 //   once] -> get the head in RNDV_CHUNK pieces -> [wait for the tail] -> get-done ->
 //   deliver, in the peer's order (messages that arrived behind the publish waited).
-// A failed get (the peer died, refused memory) stops the job with the PE, the size and the
-// cause; nothing is delivered half-filled.
+// A failed get (the peer died, refused memory) is reported with the PE, the size and the
+// cause (on_lost_message; the machine core stops the job); nothing is delivered half-filled.
 #include <unistd.h>
 
 #include <cstring>
@@ -86,7 +86,10 @@ void layer::impl::rendezvous_send(std::uint32_t dest, const std::byte* buf, std:
     const net::publish_payload offer{
         static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(buf)), o->reg.get().key, size,
         o->id};
-    stream_control(dest, net::frame_type::publish, broadcast, root, net::encode(offer));
+    // A path that is already down (the peer's loss was reported before) fails it at once.
+    if (const int rc =
+            stream_control(dest, net::frame_type::publish, broadcast, root, net::encode(offer)))
+        finish_send(o, rc);
 }
 
 void layer::impl::finish_send(rndv_out* o, int result) {
@@ -173,7 +176,12 @@ task<void> layer::impl::receive_task(impl* self, rndv_in* in) {
         const net::rma_request_payload ask{
             static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(dst + head)),
             static_cast<std::uint64_t>(::getpid()), size - head, offer.handle};
-        self->stream_control(from, net::frame_type::rma_put_request, false, 0, net::encode(ask));
+        if (self->stream_control(from, net::frame_type::rma_put_request, false, 0,
+                                 net::encode(ask)) < 0) {
+            in->tail = {op_status::peer_lost,
+                        "the path to PE " + std::to_string(from) + " is down"};
+            in->tail_done.set();
+        }
     }
     op_result r;
     for (std::uint64_t off = 0; off < head && r.ok();) {
@@ -197,16 +205,20 @@ task<void> layer::impl::receive_task(impl* self, rndv_in* in) {
                                      r.ok() ? net::get_status::ok : net::get_status::failed};
     if (r.status != op_status::peer_lost)
         self->stream_control(from, net::frame_type::get_done, false, 0, net::encode(done));
-    if (!r.ok()) {
+    if (!r.ok()) {  // one place releases the message of a failed receive
         alloc::msg_free(msg);
-        self->up.on_fatal("PE " + std::to_string(self->cfg.rank) + " could not fetch a " +
-                          std::to_string(size) + "-byte message from PE " + std::to_string(from) +
-                          " (" + std::string(to_string(prov->kind())) + "): " + r.detail);
+        msg = nullptr;
     }
-    in->slot->msg = msg;
+    in->slot->msg = msg;  // null: skipped by release_held, the order of the rest is kept
     in->slot->ready = true;
     --self->incoming;
     delete in;
+    if (!r.ok())
+        self->up.on_lost_message(from, size,
+                                 "PE " + std::to_string(self->cfg.rank) + " could not fetch a " +
+                                     std::to_string(size) + "-byte message from PE " +
+                                     std::to_string(from) + " (" +
+                                     std::string(to_string(prov->kind())) + "): " + r.detail);
     self->release_held(from);
 }
 

@@ -321,8 +321,8 @@ constexpr setting_info registry[] = {
 // they do not warn. A tool that passes a variable of its own adds it here.
 // The launcher's variables for its PEs (net/bootstrap.hpp) are not settings either.
 constexpr std::string_view script_variables[] = {
-    "FUZZ_CXX", "FUZZ_BUILD_DIR", "FUZZ_SKIP_EXIT", "LAUNCHER",
-    "PE",       "NUM_PES",        "JOB_KEY",        "TEST_PID_DIR"};
+    "FUZZ_CXX", "FUZZ_BUILD_DIR", "FUZZ_SKIP_EXIT", "LAUNCHER", "PE",
+    "NUM_PES",  "JOB_KEY",        "TEST_PID_DIR",   "VERBOSE"};
 
 constexpr std::string_view env_prefixes[] = {"COVERSE_", "CMI_VMI_"};
 

@@ -205,7 +205,8 @@ TEST(coverse_info, overview_prints_the_protocol_table_for_each_kind_of_peer) {
     const std::string same = line_of(r.out, "same host:");
     EXPECT_TRUE(has(same, "stream/inline/shm 0..2048 B")) << r.out;
     EXPECT_TRUE(has(same, "stream/buffered/shm 2049..16384 B")) << r.out;
-    EXPECT_TRUE(has(same, "rndv/get+put/cma 16385 B..")) << r.out;
+    EXPECT_TRUE(has(same, "rndv/get/cma 16385..262143 B")) << r.out;
+    EXPECT_TRUE(has(same, "rndv/get+put/cma 262144 B..")) << "from RNDV_SPLIT\n" << r.out;
     EXPECT_TRUE(has(line_of(r.out, "other host, no verbs:"), "rndv/get/tcp 16385 B..")) << r.out;
     // The verbs row is there exactly when the verbs provider can serve on this machine.
     const std::string verbs = line_of(r.out, "verbs ");

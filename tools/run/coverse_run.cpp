@@ -114,6 +114,7 @@ command_line parse(int argc, char** argv) {
             // Every PE runs on this host anyway.
         } else if (a == "++verbose" || a == "-v" || a == "--verbose") {
             cl.opts.verbose = true;
+            cl.opts.extra_env.emplace_back("COVERSE_VERBOSE", "1");  // PE 0 prints its protocols
         } else if (a == "--prefix") {
             cl.opts.prefix = true;
         } else if (a == "--bind") {

@@ -48,6 +48,12 @@ public:
     /// order `from` sent it. `broadcast` with `root` for a spanning-tree broadcast.
     virtual void on_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                             std::uint32_t root) = 0;
+    /// A message from `from` that could not be fetched (the peer died mid-rendezvous, it
+    /// refused the memory it published): nothing is delivered for it, and later messages
+    /// from that peer still come up in order. The text names both PEs, the size and the
+    /// cause. The machine core stops the job; a test may go on.
+    virtual void on_lost_message(std::uint32_t from, std::uint64_t size,
+                                 const std::string& text) = 0;
     /// A failure that stops the job: the text names the PE, the phase and the cause.
     [[noreturn]] virtual void on_fatal(const std::string& text) = 0;
     /// A one-time note for the user (a provider fallback), printed through the launcher.
@@ -125,6 +131,9 @@ public:
     const protocol_info& protocol_for(std::uint32_t pe, std::size_t size) const noexcept;
     /// One line per kind of peer: "same host: stream/inline <= 2048 B, ..., rndv/get/cma".
     std::string describe() const;
+    /// How providers are chosen, for the trace header: "auto: same host cma, other hosts
+    /// tcp (verbs: no RDMA device)" or "forced: tcp (RDMA_PROVIDER)".
+    std::string provider_summary() const;
 
     /// Counters, for tests and coverse-info.
     struct counters {

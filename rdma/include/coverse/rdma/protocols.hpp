@@ -32,19 +32,21 @@ enum class stream_path : std::uint8_t { shm_ring, connection };
 
 /// The protocols for one kind of peer, smallest sizes first; every size has exactly one.
 struct protocol_table {
-    std::array<protocol_info, 3> rows{};
+    std::array<protocol_info, 4> rows{};
+    std::size_t count = 0;
 
     const protocol_info& choose(std::size_t size) const noexcept {
-        if (size <= rows[0].max_size) return rows[0];
-        if (size <= rows[1].max_size) return rows[1];
-        return rows[2];
+        for (std::size_t i = 0; i + 1 < count; ++i)
+            if (size <= rows[i].max_size) return rows[i];
+        return rows[count - 1];
     }
     /// "stream/inline/shm 0..2048 B, stream/buffered/shm 2049..16384 B, rndv/get/cma 16385 B.."
     std::string describe() const;
 };
 
 /// The table for a peer reached by `path` whose large messages go by `rndv`. `split`: from
-/// this size the cma rendezvous is copied by both PEs at once (0: never).
+/// this size the cma rendezvous is copied by both PEs at once (0, or not above medium:
+/// never); it adds a fourth row.
 protocol_table make_protocol_table(stream_path path, provider_kind rndv, std::size_t small,
                                    std::size_t medium, std::size_t split);
 

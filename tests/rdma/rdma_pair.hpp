@@ -1,0 +1,287 @@
+// Two PEs of a real job in two forked processes: each has its own scheduler, io_uring
+// backend, mesh over loopback and rdma::layer, and runs a test body; the gtest process only
+// starts them, opens gates between them, and checks how each ended. A body returns 0 for
+// success or a small number naming the check that failed (printed on stderr).
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <coverse/alloc/config.hpp>
+#include <coverse/alloc/message.hpp>
+#include <coverse/net/mesh.hpp>
+#include <coverse/net/transport.hpp>
+#include <coverse/rdma/layer.hpp>
+#include <coverse/runtime/scheduler.hpp>
+#include <coverse/runtime/sync_wait.hpp>
+#include <coverse/runtime/timer.hpp>
+
+namespace coverse::rdma::test {
+
+using namespace std::chrono_literals;
+
+struct arrived {
+    std::uint32_t from;
+    void* msg;  // message memory, owned by the test
+    std::uint32_t size;
+};
+
+/// A send completion that remembers its result.
+struct recorded_send final : send_completion {
+    int result = 1;  // 1: not completed yet
+    int calls = 0;
+    void sent(int r) noexcept override {
+        result = r;
+        ++calls;
+    }
+};
+
+class node final : public upcalls {
+public:
+    scheduler sched;
+    std::unique_ptr<net::backend> backend;
+    std::unique_ptr<net::mesh> mesh;
+    std::unique_ptr<layer> rdma;
+    std::deque<arrived> inbox;
+    std::vector<std::string> lost;
+    std::vector<std::string> notices;
+    std::vector<std::uint32_t> failed_peers;
+    std::uint32_t rank = 0;
+    bool _down = false;
+
+    explicit node(scheduler_options o) : sched(o) {}
+    ~node() {
+        for (auto& a : inbox)
+            alloc::msg_free(a.msg);
+    }
+
+    void on_message(std::uint32_t from, void* msg, std::uint32_t size, bool,
+                    std::uint32_t) override {
+        inbox.push_back(arrived{from, msg, size});
+    }
+    void on_lost_message(std::uint32_t, std::uint64_t, const std::string& text) override {
+        std::fprintf(stderr, "PE %u lost a message: %s\n", rank, text.c_str());
+        lost.push_back(text);
+    }
+    [[noreturn]] void on_fatal(const std::string& text) override {
+        std::fprintf(stderr, "PE %u fatal: %s\n", rank, text.c_str());
+        std::fflush(stderr);
+        std::_Exit(42);
+    }
+    void on_notice(const std::string& text) override {
+        std::fprintf(stderr, "%s", text.c_str());
+        notices.push_back(text);
+    }
+
+    /// Runs the loop until `n` messages are queued or `limit` passes; true when they are.
+    bool wait_messages(std::size_t n, std::chrono::milliseconds limit = 60s) {
+        return wait_for([&] { return inbox.size() >= n; }, limit);
+    }
+    /// Runs the loop until p() or `limit` passes (a timer wakes a loop that sleeps).
+    template <class Pred>
+    bool wait_for(Pred p, std::chrono::milliseconds limit = 60s) {
+        auto expired = std::make_shared<bool>(false);
+        sched.spawn(
+            [](std::shared_ptr<bool> e, std::chrono::milliseconds l) -> task<void> {
+                try {
+                    co_await sleep_for(l);
+                } catch (const cancelled_error&) {
+                }
+                *e = true;
+            }(expired, limit),
+            "test deadline");
+        sched.run_until([&] { return p() || *expired; });
+        return p();
+    }
+    /// Everything a PE does before exit: finish rendezvous, the disconnect handshake, close.
+    void shut_down() {
+        if (_down) return;
+        _down = true;
+        rdma->drain();
+        try {
+            sync_wait(mesh->shutdown());
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "PE %u shutdown: %s\n", rank, e.what());
+        }
+        rdma->close();
+    }
+};
+
+struct pair_options {
+    layer_config cfg = [] {
+        layer_config c;
+        c.shm_ring_bytes = 256 * 1024;
+        return c;
+    }();
+    bool same_host = true;
+    /// PE 1's body may call gate() to wait until PE 0 has ended (the parent reaped it).
+    bool gate_pe1_on_pe0_exit = false;
+};
+
+/// How the two PEs ended: exit codes, or 128 + signal.
+struct pair_result {
+    int pe0 = -1;
+    int pe1 = -1;
+};
+
+inline int status_code(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+/// Body of one PE: its node (connected) and a gate to wait on (see pair_options).
+using pe_body = std::function<int(node&, const std::function<void()>& gate)>;
+
+namespace detail {
+
+inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key, int port_in,
+                  int port_out, int gate_fd, const pe_body& body) {
+    alloc::set_config(alloc::alloc_config::from_environment());  // MEMORY_POOL of the variant
+    scheduler_options so;
+    so.spin = std::chrono::microseconds(50);
+    node n(so);
+    n.rank = rank;
+    std::string why;
+    n.backend = net::make_backend(n.sched, net::backend_kind::io_uring, &why);
+    if (!n.backend) {
+        std::fprintf(stderr, "no backend: %s\n", why.c_str());
+        return 90;
+    }
+    auto l = n.backend->listen(net::endpoint{"127.0.0.1", 0});
+    if (l.error) return 91;
+    std::uint16_t port0 = 0;
+    if (rank == 0) {
+        port0 = l.value->local().port;
+        if (::write(port_out, &port0, sizeof port0) != sizeof port0) return 92;
+    } else if (::read(port_in, &port0, sizeof port0) != sizeof port0) {
+        return 93;
+    }
+    layer_config cfg = opt.cfg;
+    cfg.rank = rank;
+    cfg.num_pes = 2;
+    cfg.job_key = key;
+    n.rdma = std::make_unique<layer>(n.sched, cfg, n);
+    n.rdma->prepare();
+    net::mesh_config mc;
+    mc.rank = rank;
+    mc.num_pes = 2;
+    mc.job_key = key;
+    mc.connect_timeout = 30s;
+    mc.payload_alloc.allocate = static_cast<void* (*)(std::size_t) noexcept>(&alloc::msg_alloc);
+    mc.payload_alloc.release = &alloc::msg_free;
+    mc.peers = {net::endpoint{"127.0.0.1", port0}, net::endpoint{"127.0.0.1", 1}};
+    if (rank == 1) mc.peers[1] = l.value->local();
+    n.mesh = std::make_unique<net::mesh>(*n.backend, std::move(l.value), mc);
+    n.rdma->attach(*n.mesh);
+    n.mesh->on_peer_failure([&n](std::uint32_t pe, const std::string& text) {
+        std::fprintf(stderr, "PE %u: peer failure: %s\n", n.rank, text.c_str());
+        n.failed_peers.push_back(pe);
+        n.rdma->peer_lost(pe);
+    });
+    try {
+        sync_wait(n.mesh->establish());
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "PE %u: establish: %s\n", rank, e.what());
+        return 94;
+    }
+    std::vector<peer_info> peers{{1}, {opt.same_host ? 1u : 2u}};
+    n.rdma->connect(peers);
+    const auto gate = [gate_fd] {
+        char c;
+        [[maybe_unused]] auto r = ::read(gate_fd, &c, 1);
+    };
+    const int rc = body(n, gate);
+    if (rc == 0 && n.failed_peers.empty()) n.shut_down();
+    if (rc == 0 && !n.failed_peers.empty() && !n._down) {
+        // The peer is gone: close what is left without a handshake.
+        n.rdma->close();
+        try {
+            sync_wait(n.mesh->shutdown());
+        } catch (const std::exception&) {
+        }
+    }
+    return rc;
+}
+
+}  // namespace detail
+
+/// Runs the job; each PE's exit code comes back (0: its body passed).
+inline pair_result run_pair(const pair_options& opt, const pe_body& pe0, const pe_body& pe1) {
+    int port_pipe[2];
+    int gate_pipe[2];
+    if (::pipe(port_pipe) != 0 || ::pipe(gate_pipe) != 0) return {};
+    const std::uint64_t key =
+        (static_cast<std::uint64_t>(::getpid()) << 20) ^
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    pair_result out;
+    std::fflush(nullptr);
+    const pid_t a = ::fork();
+    if (a == 0) {
+        ::close(port_pipe[0]);
+        std::exit(detail::run_pe(0, opt, key, -1, port_pipe[1], -1, pe0));
+    }
+    const pid_t b = ::fork();
+    if (b == 0) {
+        ::close(port_pipe[1]);
+        ::close(gate_pipe[1]);
+        std::exit(detail::run_pe(1, opt, key, port_pipe[0], -1, gate_pipe[0], pe1));
+    }
+    ::close(port_pipe[0]);
+    ::close(port_pipe[1]);
+    ::close(gate_pipe[0]);
+    int status = 0;
+    if (opt.gate_pe1_on_pe0_exit) {
+        ::waitpid(a, &status, 0);
+        out.pe0 = status_code(status);
+        [[maybe_unused]] auto w = ::write(gate_pipe[1], "g", 1);
+        ::close(gate_pipe[1]);
+        ::waitpid(b, &status, 0);
+        out.pe1 = status_code(status);
+        return out;
+    }
+    ::close(gate_pipe[1]);
+    ::waitpid(a, &status, 0);
+    out.pe0 = status_code(status);
+    ::waitpid(b, &status, 0);
+    out.pe1 = status_code(status);
+    return out;
+}
+
+/// A pattern that depends on the message's number and each 8-byte word's offset.
+inline void fill(void* msg, std::size_t size, std::uint64_t seed) {
+    auto* b = static_cast<unsigned char*>(msg);
+    std::size_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+        const std::uint64_t v = seed * 0x9E37'79B9'7F4A'7C15ull + i;
+        std::memcpy(b + i, &v, 8);
+    }
+    for (; i < size; ++i)
+        b[i] = static_cast<unsigned char>(seed + i);
+}
+
+inline bool check(const void* msg, std::size_t size, std::uint64_t seed) {
+    const auto* b = static_cast<const unsigned char*>(msg);
+    std::size_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+        const std::uint64_t v = seed * 0x9E37'79B9'7F4A'7C15ull + i;
+        if (std::memcmp(b + i, &v, 8) != 0) return false;
+    }
+    for (; i < size; ++i)
+        if (b[i] != static_cast<unsigned char>(seed + i)) return false;
+    return true;
+}
+
+}  // namespace coverse::rdma::test
