@@ -9,6 +9,7 @@ packages=(
     libasio-dev libboost-dev
     libgtest-dev libgmock-dev libbenchmark-dev
     clang clang-format libclang-rt-14-dev
+    graphviz
 )
 
 missing=()

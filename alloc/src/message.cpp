@@ -149,14 +149,15 @@ system_tracker& tracker() {
 // Freed large blocks kept for reuse (LARGE_CACHE bytes at most). A large message freed to
 // malloc comes back as fresh pages the next time (mmap'd, or the heap trimmed), and faulting
 // in 1 MiB costs more than copying it. Blocks are allocated at their size class (four
-// classes per power of two from 32 KiB to 64 MiB, at most 25% slack), so a cached block
+// classes per power of two from 32 KiB to 64 MiB, at most 25% slack, and one class above
+// it, so a 64 MiB message with its header is cached too), so a cached block
 // serves any request of its class. They stay ours while cached: registrations of them stay
 // valid, and the release listeners hear of a block only when it really goes back.
 class large_block_cache {
 public:
     static constexpr std::size_t smallest = std::size_t{32} << 10;
-    static constexpr std::size_t largest = std::size_t{64} << 20;
-    static constexpr int classes = 4 * 12;
+    static constexpr std::size_t largest = (std::size_t{64} << 20) + (std::size_t{16} << 20);
+    static constexpr int classes = 4 * 12 + 1;
 
     // The class of a block of `storage` bytes, or -1 when it is not cached.
     static int class_of(std::size_t storage) noexcept {

@@ -36,14 +36,24 @@ task<void> pe_core::tree_barrier() {
     trace::emit(trace::kind::phase_begin, 5, epoch);
     int children[4];
     const int n = span_children(static_cast<int>(_pe), children);
-    while (_tree_arrivals[epoch] < static_cast<std::uint32_t>(n))
+    while (_tree_arrivals[epoch] < static_cast<std::uint32_t>(n)) {
+        // One wait per child not arrived yet: an edge to each in the hang report's graph.
+        std::optional<wait_scope> missing[4];
+        for (int i = 0; i < n; ++i)
+            if (!(_tree_arrived[epoch] & (1u << i)))
+                missing[i].emplace(wait_reason{wait_kind::barrier,
+                                               static_cast<std::uint32_t>(children[i]), epoch,
+                                               "tree barrier: arrival of a child"});
         co_await _barrier_waiters.wait();
+    }
     _tree_arrivals.erase(epoch);
+    _tree_arrived.erase(epoch);
     if (_pe != 0) {
-        send_barrier_message(static_cast<std::uint32_t>(span_parent(static_cast<int>(_pe))),
-                             internal_handler::barrier_arrive, epoch);
+        const auto parent = static_cast<std::uint32_t>(span_parent(static_cast<int>(_pe)));
+        send_barrier_message(parent, internal_handler::barrier_arrive, epoch);
         while (_barrier_released < epoch)
-            co_await _barrier_waiters.wait();
+            co_await waiting_for({wait_kind::barrier, parent, epoch, "tree barrier: release"},
+                                 _barrier_waiters.wait());
     }
     for (int i = 0; i < n; ++i)
         send_barrier_message(static_cast<std::uint32_t>(children[i]),
@@ -62,7 +72,7 @@ void pe_core::send_barrier_message(std::uint32_t to, internal_handler which, std
 }
 
 // Barrier messages are consumed where they arrive; returns whether `msg` was one.
-bool pe_core::take_barrier_message(void* msg) {
+bool pe_core::take_barrier_message(void* msg, std::uint32_t from) {
     const std::uint32_t h = header_of(msg)->handler;
     if (h != static_cast<std::uint32_t>(internal_handler::barrier_arrive) &&
         h != static_cast<std::uint32_t>(internal_handler::barrier_release))
@@ -70,9 +80,13 @@ bool pe_core::take_barrier_message(void* msg) {
     std::uint32_t epoch = 0;
     if (alloc::msg_size(msg) >= CmiMsgHeaderSizeBytes + sizeof epoch)
         std::memcpy(&epoch, static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, sizeof epoch);
-    if (h == static_cast<std::uint32_t>(internal_handler::barrier_arrive))
+    if (h == static_cast<std::uint32_t>(internal_handler::barrier_arrive)) {
         ++_tree_arrivals[epoch];
-    else
+        int children[4];
+        const int n = span_children(static_cast<int>(_pe), children);
+        for (int i = 0; i < n; ++i)
+            if (static_cast<std::uint32_t>(children[i]) == from) _tree_arrived[epoch] |= 1u << i;
+    } else
         _barrier_released = std::max(_barrier_released, epoch);
     _barrier_waiters.notify_all();
     return true;
@@ -99,7 +113,8 @@ task<void> pe_core::barrier(bool zero_only) {
         if (rc < 0) peer_lost("PE " + std::to_string(_pe) + ": barrier: PE 0 is gone");
     } else {
         while (_barrier_arrivals[epoch] < _num_pes - 1)
-            co_await _barrier_waiters.wait();
+            co_await waiting_for({wait_kind::barrier, no_peer, epoch, "CmiBarrierZero at PE 0"},
+                                 _barrier_waiters.wait());
         _barrier_arrivals.erase(epoch);
     }
     trace::emit(trace::kind::phase_end, 5, epoch);
@@ -123,6 +138,7 @@ void pe_core::on_barrier_frame(std::uint32_t from, const net::frame& f) {
               true);
         return;
     }
+    _activity.heard_from(from);
     ++_barrier_arrivals[d.value.epoch];
     _barrier_waiters.notify_all();
 }

@@ -67,7 +67,9 @@ task<message> message_stream::next() {
             void await_suspend(std::coroutine_handle<> h) noexcept { s._waiter = h; }
             void await_resume() const noexcept {}
         };
-        co_await awaiter{*this};
+        co_await waiting_for({wait_kind::message, no_peer, static_cast<std::uint64_t>(_handler),
+                              "message_stream::next"},
+                             awaiter{*this});
     }
     void* m = _queue[_head++];
     if (_head == _queue.size()) {

@@ -62,6 +62,7 @@ void pe_core::on_frame(net::received r) {
 // for its handler. The same for both paths (TCP mesh, shared-memory ring).
 void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                              std::uint32_t root) {
+    _activity.heard_from(from);
     if (size < CmiMsgHeaderSizeBytes) {  // a peer's bug: report it, never hand it on
         if (msg) alloc::msg_free(msg);
         ++_recv_seq[from];
@@ -97,7 +98,7 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
         alloc::msg_free(fwd);
     }
     trace_receive(msg, from, size);
-    if (take_barrier_message(msg)) {
+    if (take_barrier_message(msg, from)) {
         if (header_of(msg)->flags & header_flag_traced_receive) {  // consumed here: closed
             const auto id = receive_trace_id(header_of(msg)->reserved);
             trace::emit(trace::kind::handle_completed, id);
@@ -145,6 +146,7 @@ void pe_core::call_handler(void* msg) {
     }
     {
         delivery_guard guard(*_sched);
+        const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n), e->address());
         if (e->fnx)
             e->fnx(msg, e->user);
         else
@@ -186,6 +188,7 @@ void pe_core::run_idle_wait() {
         _armed_due = due;
         _sched->spawn(timer_task(this, due), "ccd timer");
     }
+    const wait_scope idle({wait_kind::message, no_peer, ~0ull, "idle in the scheduler loop"});
     _sched->run_until([&] {
         return !_net_queue.empty() || !_sched_queue.empty() || _exit_requested ||
                (due >= 0 && wall_time() >= due);

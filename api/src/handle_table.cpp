@@ -56,6 +56,7 @@ std::uint32_t pe_core::acquire_slot(const char* caller) {
                   " communication handles are held by the application (async sends whose "
                   "handles were never released with CmiReleaseCommHandle); release them or "
                   "raise MAXIMUM_HANDLES");
+        const wait_scope w({wait_kind::handle_slot, no_peer, 0, "MAXIMUM_HANDLES in use"});
         _sched->run_until([&] { return !_free_slots.empty() || _sends_in_flight == 0; });
         if (_free_slots.empty()) return acquire_slot(caller);
     }
@@ -78,7 +79,8 @@ task<void> pe_core::wait_for_slot() {
             fatal("send: all " + std::to_string(_slots.size()) +
                   " communication handles are held by the application; release them or "
                   "raise MAXIMUM_HANDLES");
-        co_await _slot_waiters.wait();
+        co_await waiting_for({wait_kind::handle_slot, no_peer, 0, "MAXIMUM_HANDLES in use"},
+                             _slot_waiters.wait());
     }
 }
 

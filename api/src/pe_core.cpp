@@ -199,6 +199,7 @@ void pe_core::start_networked(const net::launch_info& info) {
                                  std::to_string(_num_pes) + " PEs; drop +p or make them match");
     const auto timeout = net::connection_timeout_from_env();
     _launcher = std::make_unique<net::launcher_client>(info, timeout);
+    start_doctor();
 
     _backend = net::make_backend(*_sched, net::backend_kind_from_env(), &_backend_why);
     if (!_backend)
@@ -382,7 +383,10 @@ void pe_core::shutdown() {
     // Every pending send first (a rendezvous ends at its get-done), then every rendezvous we
     // are fetching, then the disconnect handshake, which still serves what peers started
     // meanwhile: nothing in flight is lost.
-    _sched->run_until([&] { return _sends_in_flight == 0; });
+    {
+        const wait_scope w({wait_kind::socket_drain, no_peer, 0, "shutdown: sends in flight"});
+        _sched->run_until([&] { return _sends_in_flight == 0; });
+    }
     if (_rdma) _rdma->drain();
     if (_mesh) {
         trace::emit(trace::kind::phase_begin, 4);
@@ -413,6 +417,7 @@ void pe_core::shutdown() {
     _backend.reset();
     _launcher.reset();
     stop_trace();
+    _doctor.reset();  // before the scheduler: its queued snapshots must find it cancelled
     _sched.reset();
 }
 

@@ -39,6 +39,7 @@
 #include <coverse/runtime/trace_poller.hpp>
 
 #include "cqs.hpp"
+#include "doctor.hpp"
 #include "spanning_tree.hpp"
 
 namespace coverse::detail {
@@ -187,6 +188,11 @@ public:
     std::optional<std::string> read_line();
     [[noreturn]] void abort_job(const std::string& text);
 
+    // ---- the hang report (doctor.cpp, docs/doctor.md) ------------------------------------
+    const pe_activity& activity() const noexcept { return _activity; }
+    /// What the PE waits for, its queues and handles: on the PE thread only.
+    void fill_state(net::doctor::pe_state& s);
+
     // ---- exit ------------------------------------------------------------------------------
     /// Finishes every pending send, runs the disconnect handshake, closes everything.
     void shutdown();
@@ -196,6 +202,10 @@ private:
         CmiHandler fn = nullptr;
         CmiHandlerEx fnx = nullptr;
         void* user = nullptr;
+        /// The function, for naming it in the hang report.
+        const void* address() const noexcept {
+            return fnx ? reinterpret_cast<const void*>(fnx) : reinterpret_cast<const void*>(fn);
+        }
     };
     struct handle_slot {
         std::uint32_t generation = 1;
@@ -206,6 +216,8 @@ private:
         void* free_when_done = nullptr;  // AndFree buffer (refcounted if shared)
         std::uint64_t trace_id = 0;
         bool traced_first = false;  // the handle's own trace id went to its first frame
+        std::uint8_t protocol = 0;  // send_protocol, for the hang report
+        std::uint32_t dest = 0;     // its (last) destination, for the hang report
     };
     struct reduction {
         bool local_in = false;
@@ -231,6 +243,7 @@ private:
     };
 
     void consume_flags(int& argc, char** argv);
+    void start_doctor();
     void start_trace(const std::string& backend);
     void stop_trace() noexcept;
     void start_networked(const net::launch_info& info);
@@ -238,7 +251,7 @@ private:
     void on_frame(net::received r);
     void on_barrier_frame(std::uint32_t from, const net::frame& f);
     void send_barrier_message(std::uint32_t to, internal_handler which, std::uint32_t epoch);
-    bool take_barrier_message(void* msg);
+    bool take_barrier_message(void* msg, std::uint32_t from);
 
     std::uint32_t acquire_slot(const char* caller);
     task<void> wait_for_slot();
@@ -354,6 +367,7 @@ private:
     std::map<std::uint32_t, std::uint32_t> _barrier_arrivals;  // epoch -> count (PE 0)
     std::uint32_t _barrier_released = 0;                       // highest released epoch
     std::map<std::uint32_t, std::uint32_t> _tree_arrivals;     // epoch -> children arrived
+    std::map<std::uint32_t, std::uint32_t> _tree_arrived;      // epoch -> bit i: child i did
     wait_list _barrier_waiters;
 
     std::map<std::uint32_t, reduction> _reductions;
@@ -371,6 +385,8 @@ private:
 
     bool _receiving = false;
     bool _shut_down = false;
+    pe_activity _activity;               // hot-path counters for the hang report
+    std::unique_ptr<pe_doctor> _doctor;  // its responder thread, under coverse-run
     machine _machine{*this};
 };
 

@@ -83,6 +83,7 @@ void pe_core::start_frame(std::uint32_t dest, void* buf, std::uint32_t size, std
     frame_ticket* t = new_ticket(dest);
     t->extra = trace_frame(slot, dest, size);
     t->slot = slot;
+    _slots[slot].dest = dest;
     ++_slots[slot].pending;
     transmit(dest, buf, size, broadcast, root, t);
 }
@@ -168,6 +169,10 @@ pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const
         std::memcpy(buf, msg, usize);
     }
     const std::uint32_t s = acquire_slot(caller);
+    _slots[s].protocol =
+        static_cast<std::uint8_t>(usize <= _small_boundary    ? send_protocol::inline_send
+                                  : usize <= _medium_boundary ? send_protocol::stream
+                                                              : send_protocol::rendezvous);
     ++_sends_in_flight;
     _slots[s].pending = 1;  // held until every frame is started
     if (own != ownership::borrow) _slots[s].free_when_done = buf;
@@ -245,7 +250,7 @@ task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> ms
     CmiCommHandle h = send(static_cast<int>(dest), static_cast<int>(msg.size()),
                            const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
     while (h && _slots[slot_of(h, "send")].pending > 0)
-        co_await _send_waiters.wait();
+        co_await waiting_for({wait_kind::socket_drain, dest, 0, "send not complete"}, _send_waiters.wait());
     release_handle(h, "send");
 }
 

@@ -36,6 +36,8 @@
 #include <deque>
 #include <memory>
 
+#include "bootstrap_doctor.hpp"
+
 extern char** environ;
 
 namespace coverse::net {
@@ -151,6 +153,7 @@ public:
         ::sigaddset(&set, SIGCHLD);
         for (int s : forwarded)
             ::sigaddset(&set, s);
+        ::sigaddset(&set, SIGQUIT);  // a hang report (doctor_channels), the job goes on
         ::pthread_sigmask(SIG_BLOCK, &set, &_old_mask);
         // With SIGCHLD ignored the kernel reaps children itself and we could not see
         // their status.
@@ -289,10 +292,14 @@ private:
     clock::time_point _register_deadline;
     std::size_t _registered = 0;
     int _status = 0;
+    doctor_channels _doctor;
 };
 
 launcher::launcher(const launch_options& opts)
-    : _opts(opts), _n(opts.num_pes), _limits{default_max_payload, opts.num_pes, false} {
+    : _opts(opts),
+      _n(opts.num_pes),
+      _limits{default_max_payload, opts.num_pes, false},
+      _doctor(opts.report, opts.num_pes) {
     if (_opts.argv.empty() || _opts.argv[0].empty()) {
         throw bootstrap_error(launcher_tag + "no program to run");
     }
@@ -406,7 +413,8 @@ void launcher::choose_cpus() {
 }
 
 std::vector<std::string> launcher::base_environment() const {
-    std::vector<std::string> names = {launcher_env, pe_env, num_pes_env, job_key_env};
+    std::vector<std::string> names = {launcher_env, pe_env, num_pes_env, job_key_env,
+                                      doctor::channel_env};
     for (const auto& [name, value] : _opts.extra_env)
         names.push_back(name);
     std::vector<std::string> env;
@@ -429,6 +437,7 @@ int launcher::spawn(pe_process& p, const std::string& file,
     // async-signal-safe calls.
     std::vector<std::string> env = base_env;
     env.push_back(std::string(pe_env) + "=" + std::to_string(p.pe));
+    if (std::string e = _doctor.prepare(p.pe); !e.empty()) env.push_back(std::move(e));
     std::vector<char*> envp;
     for (auto& e : env)
         envp.push_back(e.data());
@@ -466,6 +475,7 @@ int launcher::spawn(pe_process& p, const std::string& file,
         if (p.cpu) ::sched_setaffinity(0, sizeof cpu, &cpu);
         // Standard input belongs to the launcher: PEs read it through scan requests.
         if (_devnull >= 0) ::dup2(_devnull, STDIN_FILENO);
+        _doctor.in_child(p.pe);
         ::execve(file.c_str(), argv.data(), envp.data());
         const int e = errno;
         [[maybe_unused]] const auto ignored = ::write(report[1], &e, sizeof e);
@@ -478,6 +488,7 @@ int launcher::spawn(pe_process& p, const std::string& file,
     }
     ::close(report[0]);
     p.pid = pid;
+    _doctor.started(p.pe, n == static_cast<ssize_t>(sizeof exec_errno) ? -1 : pid);
     if (n == static_cast<ssize_t>(sizeof exec_errno)) {
         while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
         }
@@ -532,6 +543,8 @@ int launcher::run() {
             fds.push_back({c->fd, events, 0});
             polled.push_back(c.get());
         }
+        const std::size_t doctor_fds = fds.size();
+        _doctor.add_fds(fds);
         const int r = ::poll(fds.data(), fds.size(), poll_timeout());
         if (r < 0 && errno != EINTR) {
             throw bootstrap_error(launcher_tag + "poll failed: " + std::strerror(errno));
@@ -546,6 +559,7 @@ int launcher::run() {
                     pump(*polled[i], false);
                 }
             }
+            _doctor.on_ready(std::span(fds).subspan(doctor_fds), clock::now());
             if (fds[1].revents != 0) read_stdin();
             if (fds[0].revents != 0) read_signals();
         }
@@ -563,6 +577,7 @@ int launcher::poll_timeout() const {
     for (const pe_process& p : _pes) {
         if (p.running && p.kill_at && (!next || *p.kill_at < *next)) next = p.kill_at;
     }
+    if (const auto d = _doctor.next_deadline(); d && (!next || *d < *next)) next = d;
     if (!next) return -1;
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - clock::now());
     return static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30));
@@ -578,6 +593,10 @@ void launcher::read_signals() {
             const int sig = static_cast<int>(info[i].ssi_signo);
             if (sig == SIGCHLD) {
                 child = true;
+                continue;
+            }
+            if (sig == SIGQUIT) {
+                _doctor.request_report("SIGQUIT to coverse-run", clock::now());
                 continue;
             }
             if (_phase != phase::stopping) {
@@ -604,6 +623,7 @@ void launcher::reap() {
         if (r == p.pid || (r < 0 && errno == ECHILD)) {
             if (r < 0) p.wait_status = 0xFF00;  // reaped elsewhere: report it as "status 255"
             p.running = false;
+            _doctor.ended(p.pe);
             ended.push_back(&p);
         }
     }
@@ -952,6 +972,11 @@ void launcher::serve_scans() {
 
 void launcher::check_timers() {
     const auto now = clock::now();
+    if (auto why = _doctor.tick(now); why && _phase != phase::stopping) {
+        say(*why);
+        fail(doctor::stuck_exit_status);
+        begin_stop(*why);
+    }
     if (_phase == phase::registering && now >= _register_deadline) registration_timeout();
     for (pe_process& p : _pes) {
         if (p.running && p.kill_at && now >= *p.kill_at) {

@@ -157,6 +157,10 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "rma_complete";
         case frame_type::rdma_address:
             return "rdma_address";
+        case frame_type::state_request:
+            return "state_request";
+        case frame_type::state_reply:
+            return "state_reply";
     }
     return "unknown";
 }
@@ -176,6 +180,8 @@ bool uses_tag(frame_type type) noexcept {
         case frame_type::latency_vector_reply:
         case frame_type::scan:
         case frame_type::scan_reply:
+        case frame_type::state_request:
+        case frame_type::state_reply:
             return true;
         default:
             return false;
@@ -239,6 +245,8 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::at_least, register_node_payload::wire_size};
         case frame_type::node_table:
             return {k::at_least, node_table_payload::wire_size};
+        case frame_type::state_request:
+            return {k::exact, state_request_payload::wire_size};
         default:
             return {k::any, 0};
     }
@@ -375,6 +383,8 @@ decode_error validate_payload(const frame_header& header, std::span<const std::b
                             header.source_pe, launcher_pe);
             }
             return decode_node_table(payload, limits).error;
+        case frame_type::state_request:
+            return decode_state_request(payload, limits).error;
         default:
             return {};
     }
@@ -641,6 +651,29 @@ decoded<disconnect_payload> decode_disconnect(std::span<const std::byte> b,
         return r;
     }
     r.value.reason = static_cast<disconnect_reason>(reason);
+    return r;
+}
+
+std::array<std::byte, state_request_payload::wire_size> encode(
+    const state_request_payload& v) noexcept {
+    std::array<std::byte, state_request_payload::wire_size> out{};
+    store_le<std::uint32_t>(out.data(), static_cast<std::uint32_t>(v.want));
+    return out;
+}
+
+decoded<state_request_payload> decode_state_request(std::span<const std::byte> b,
+                                                    const decode_limits&) noexcept {
+    decoded<state_request_payload> r;
+    constexpr auto type = frame_type::state_request;
+    if ((r.error = check_exact(b, state_request_payload::wire_size, type))) return r;
+    const auto want = load_le<std::uint32_t>(b.data());
+    if (want < static_cast<std::uint32_t>(state_want::progress) ||
+        want > static_cast<std::uint32_t>(state_want::full)) {
+        r.error = fail(decode_status::invalid_field, type, "state_request.want", want,
+                       static_cast<std::uint32_t>(state_want::full));
+        return r;
+    }
+    r.value.want = static_cast<state_want>(want);
     return r;
 }
 
@@ -967,6 +1000,7 @@ const char* field_rule(std::string_view field) {
         {"credit.count", "must be at least 1"},
         {"barrier.phase", "known: 1 arrive, 2 release"},
         {"disconnect.reason", "known: 1 shutdown, 2 error, 3 timeout"},
+        {"state_request.want", "known: 1 progress, 2 full"},
         {"abort.origin_pe", "the job has %llu PEs; the launcher is 4294967295"},
         {"register_node.protocol_version", "must be at least 1; this build speaks revision %llu"},
         {"register_node.node", "the job has %llu PEs"},

@@ -110,6 +110,11 @@ scheduler& scheduler::this_thread() noexcept {
     return *t_current;
 }
 
+void wait_registry::no_scheduler() noexcept {
+    scheduler::this_thread();  // prints why and aborts
+    std::abort();
+}
+
 scheduler::scheduler(scheduler_options opts) : _opts(opts) {
     _wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (_wake_fd < 0) {
@@ -128,6 +133,7 @@ scheduler::scheduler(scheduler_options opts) : _opts(opts) {
     _root = std::make_unique<task_scope>("scheduler");
     _previous = t_current;
     t_current = this;
+    wait_registry::_current = &_waits;
 }
 
 scheduler::~scheduler() {
@@ -162,6 +168,7 @@ scheduler::~scheduler() {
     }
     ::close(_wake_fd);
     t_current = _previous;
+    wait_registry::_current = _previous ? &_previous->_waits : nullptr;
 }
 
 void scheduler::spawn(task<void> t, std::string name) {

@@ -677,5 +677,17 @@ TEST(wire_errors, every_status_has_a_name_and_a_text) {
     }
 }
 
+TEST(wire_payload, state_request_round_trips_and_rejects_unknown_wants) {
+    const decode_limits lim{default_max_payload, 4, true};
+    for (auto want : {state_want::progress, state_want::full}) {
+        const auto d = decode_state_request(encode(state_request_payload{want}), lim);
+        ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+        EXPECT_EQ(d.value.want, want);
+    }
+    std::array<std::byte, 4> bad{std::byte{3}};
+    expect_error(decode_state_request(bad, lim).error, decode_status::invalid_field,
+                 "state_request.want", {"known: 1 progress, 2 full"});
+}
+
 }  // namespace
 }  // namespace coverse::net

@@ -17,6 +17,7 @@
 #include <coverse/runtime/sync_wait.hpp>
 #include <coverse/runtime/task.hpp>
 #include <coverse/runtime/timer.hpp>
+#include <coverse/runtime/wait_reason.hpp>
 
 namespace {
 
@@ -113,6 +114,26 @@ void resume_ready_requeue_asio(benchmark::State& state) {
     asio::io_context ctx{asio_concurrency_hint};
     asio::co_spawn(ctx, asio_requeue(&state), rethrow_if);
     ctx.run();
+    state.SetItemsProcessed(state.iterations());
+}
+
+// requeue_wait_reason: the same requeue, with the wait named for the hang report
+// (waiting_for: a record linked into the scheduler's registry at suspension, unlinked at
+// resumption). Beside resume_ready/requeue/coverse it shows what naming a wait costs.
+
+coverse::task<void> coverse_requeue_with_reason(benchmark::State* state) {
+    std::int64_t n = 0;
+    for (auto _ : *state) {
+        co_await coverse::waiting_for({coverse::wait_kind::credits, 1, 0, "bench"},
+                                      coverse::yield());
+        benchmark::DoNotOptimize(++n);
+    }
+}
+
+void resume_ready_requeue_wait_reason_coverse(benchmark::State& state) {
+    coverse::scheduler sched;
+    label_reactor(state, sched);
+    coverse::sync_wait(coverse_requeue_with_reason(&state));
     state.SetItemsProcessed(state.iterations());
 }
 
@@ -351,6 +372,8 @@ BENCHMARK(resume_ready_child_coverse)->Name("resume_ready/child/coverse");
 BENCHMARK(resume_ready_child_asio)->Name("resume_ready/child/asio");
 BENCHMARK(resume_ready_requeue_coverse)->Name("resume_ready/requeue/coverse");
 BENCHMARK(resume_ready_requeue_asio)->Name("resume_ready/requeue/asio");
+BENCHMARK(resume_ready_requeue_wait_reason_coverse)
+    ->Name("resume_ready/requeue_wait_reason/coverse");
 BENCHMARK(spawn_complete_coverse)->Name("spawn_complete/coverse");
 BENCHMARK(spawn_complete_asio)->Name("spawn_complete/asio");
 BENCHMARK(timer_fire_coverse)->Name("timer_fire/coverse");

@@ -1,9 +1,11 @@
 // coverse-run: the launcher's command line — charmrun-compatible flags (+pN, +p N, ++local,
-// ++verbose) plus -n, --prefix, --bind, --timeout, --set, --trace — handed to net::run_job.
+// ++verbose) plus -n, --prefix, --bind, --timeout, --set, --trace and the hang report's
+// --report-stuck-after, --json, --report-to, --dot — handed to net::run_job.
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,18 +35,47 @@ Options:
   --set NAME=VALUE   append "++set NAME=VALUE" to every PE's arguments (repeatable)
   --trace DIR        record every PE's handle lifecycle into DIR (COVERSE_TRACE=DIR);
                      read it with coverse-trace summary|export|leaks|stalls DIR
+  --report-stuck-after DURATION
+                     once no PE has received a message or run a handler for
+                     DURATION (30s, 500ms, 2m; a plain number is seconds), ask every
+                     PE what it waits for, print one wait-for report, and stop the
+                     job with exit status 124. SIGQUIT to coverse-run (Ctrl-\)
+                     prints the same report at any time and the job goes on.
+  --json             write reports as JSON instead of text
+  --report-to FILE   append reports to FILE instead of stderr
+  --dot FILE         also write each report's wait-for graph to FILE (Graphviz
+                     DOT: dot -Tsvg FILE); see docs/doctor.md
   -h, --help         print this help and exit
   --version          print the version and exit
 
 Exit status: 0 when every PE exited 0; otherwise the status of the failure that
 stopped the job (a PE's exit code, 128+signal for a PE killed by a signal, the
-abort's exit code); 1 when a PE never registered; 2 for a usage error; 127 when the
-program cannot be run.
+abort's exit code); 1 when a PE never registered; 2 for a usage error; 124 when
+--report-stuck-after found the job stuck; 127 when the program cannot be run.
 )";
 
 struct usage_error {
     std::string message;
 };
+
+// "30s", "500ms", "2m", "1.5" (seconds): a positive duration of at most a day.
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || end == text.c_str() || !(v > 0)) return std::nullopt;
+    const std::string_view unit = end;
+    double ms = 0;
+    if (unit.empty() || unit == "s")
+        ms = v * 1000.0;
+    else if (unit == "ms")
+        ms = v;
+    else if (unit == "m" || unit == "min")
+        ms = v * 60'000.0;
+    else
+        return std::nullopt;
+    if (ms < 1 || ms > 86'400'000.0) return std::nullopt;
+    return std::chrono::milliseconds(static_cast<long long>(ms));
+}
 
 // Library messages start "coverse: "; ours already say "coverse-run: ".
 std::string without_tag(std::string text) {
@@ -131,6 +162,24 @@ command_line parse(int argc, char** argv) {
             const std::string v = value(a, "--trace");
             if (v.empty()) throw usage_error{"--trace needs a directory"};
             cl.opts.extra_env.emplace_back("COVERSE_TRACE", v);
+        } else if (a == "--report-stuck-after" || a.starts_with("--report-stuck-after=")) {
+            const std::string v = value(a, "--report-stuck-after");
+            const auto d = parse_duration(v);
+            if (!d) {
+                throw usage_error{
+                    "--report-stuck-after needs a duration such as 30s, 500ms "
+                    "or 2m (up to a day), not '" +
+                    v + "'"};
+            }
+            cl.opts.report.stuck_after = *d;
+        } else if (a == "--json") {
+            cl.opts.report.format = coverse::net::doctor::report_format::json;
+        } else if (a == "--report-to" || a.starts_with("--report-to=")) {
+            cl.opts.report.report_file = value(a, "--report-to");
+            if (cl.opts.report.report_file.empty()) throw usage_error{"--report-to needs a file"};
+        } else if (a == "--dot" || a.starts_with("--dot=")) {
+            cl.opts.report.dot_file = value(a, "--dot");
+            if (cl.opts.report.dot_file.empty()) throw usage_error{"--dot needs a file"};
         } else if (a == "--set" || a.starts_with("--set=")) {
             const std::string v = value(a, "--set");
             const auto eq = v.find('=');

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <coverse/net/doctor.hpp>
 #include <coverse/net/frame_reader.hpp>
 
 namespace coverse::net {
@@ -132,6 +133,8 @@ struct launch_options {
     std::vector<std::pair<std::string, std::string>> extra_env;  // set in every PE
     /// The setting the registration-timeout error tells the user to raise.
     std::string timeout_setting = "CONNECTION_TIMEOUT";
+    /// Hang reports: on SIGQUIT always; with stuck_after, also when the job stops moving.
+    doctor::report_options report;
 };
 
 /// Runs the job to the end and returns the launcher's exit status: 0 when every PE

@@ -110,9 +110,11 @@ enum class frame_type : std::uint8_t {
     rma_put_data = 22,     // bytes of the put `tag` (the requester's id), in order
     rma_complete = 23,     // rma_complete_payload: a put landed, or a request was refused
     rdma_address = 24,     // rdma_address_payload prefix + the provider's address blob
+    state_request = 25,    // state_request_payload (launcher -> PE, doctor channel); tag = id
+    state_reply = 26,      // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 24;
+inline constexpr std::uint8_t last_frame_type = 26;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
@@ -280,8 +282,8 @@ struct rma_complete_payload {
 /// (cma: pid and probe; verbs: queue pair); stage 2 answers with the provider the sender
 /// will read the peer with (so the peer registers what it publishes with that one).
 struct rdma_address_payload {
-    std::uint32_t stage = 1;     // @0 u32: 1 offer, 2 verdict
-    std::uint32_t provider = 0;  // @4 u32: 1 cma, 2 tcp, 3 verbs
+    std::uint32_t stage = 1;                     // @0 u32: 1 offer, 2 verdict
+    std::uint32_t provider = 0;                  // @4 u32: 1 cma, 2 tcp, 3 verbs
     std::span<const std::byte> blob;             // @8 .. end: the provider's address
     static constexpr std::size_t wire_size = 8;  // the fixed prefix
 };
@@ -373,6 +375,15 @@ struct node_record {
     friend bool operator==(const node_record&, const node_record&) = default;
 };
 
+enum class state_want : std::uint32_t { progress = 1, full = 2 };
+
+/// state_request: the launcher asks a PE for its state (the hang report, docs/doctor.md).
+struct state_request_payload {
+    state_want want = state_want::progress;  // @0 u32: 1 progress counters only, 2 everything
+    static constexpr std::size_t wire_size = 4;
+    friend bool operator==(const state_request_payload&, const state_request_payload&) = default;
+};
+
 /// node_table: the launcher's answer to register_node. An 8-byte prefix
 ///   @0 u32 status (node_table_status), @4 u32 count
 /// then, for ok, `count` node records covering PEs [0, num_pes) in order; for refused,
@@ -403,6 +414,8 @@ struct node_table_payload {
     const persistent_request_payload& p) noexcept;
 [[nodiscard]] std::array<std::byte, disconnect_payload::wire_size> encode(
     const disconnect_payload& p) noexcept;
+[[nodiscard]] std::array<std::byte, state_request_payload::wire_size> encode(
+    const state_request_payload& p) noexcept;
 /// Prefix and text together (abort is rare; one allocation is fine).
 [[nodiscard]] std::vector<std::byte> encode(const abort_payload& p);
 /// Prefix and IP text together.
@@ -439,6 +452,8 @@ struct node_table_payload {
     std::span<const std::byte> bytes, const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<disconnect_payload> decode_disconnect(std::span<const std::byte> bytes,
                                                             const decode_limits& limits) noexcept;
+[[nodiscard]] decoded<state_request_payload> decode_state_request(
+    std::span<const std::byte> bytes, const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<abort_payload> decode_abort(std::span<const std::byte> bytes,
                                                   const decode_limits& limits) noexcept;
 /// Checks reserved, protocol_version >= 1, node < num_pes, 1 <= pe_count <= num_pes - node,

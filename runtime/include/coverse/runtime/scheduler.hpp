@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <coverse/runtime/reactor.hpp>
+#include <coverse/runtime/wait_reason.hpp>
 
 namespace coverse {
 
@@ -203,6 +204,10 @@ public:
     const counters& stats() const noexcept { return _stats; }
     std::size_t pending_timers() const noexcept { return _timers.size(); }
     std::size_t ready_tasks() const noexcept { return _ready.size(); }
+    /// What this scheduler's suspended tasks wait for (coverse/runtime/wait_reason.hpp).
+    /// Same thread only.
+    wait_registry& waits() noexcept { return _waits; }
+    const wait_registry& waits() const noexcept { return _waits; }
 
 private:
     struct loop_state {
@@ -253,6 +258,7 @@ private:
 
     std::unique_ptr<task_scope> _root;
     counters _stats;
+    wait_registry _waits;
 };
 
 /// Marks the running code as a user-handler delivery for its lifetime (the facade wraps

@@ -1,0 +1,129 @@
+// doctor_hang_pe: programs that hang on purpose, for the hang report's tests
+// (doctor_test.cpp). `doctor_hang_pe MODE`, run by coverse-run:
+//   barrier          every PE but the last enters a barrier; the last waits for a message
+//                    that never comes
+//   reply-cycle      PE 0 and PE 1 each wait for the other's reply before answering
+//   endless-handler  PE 0 sends PE 1 a message whose handler never returns, then waits
+//                    for PE 1's answer
+//   rndv-unfetched   like endless-handler, then PE 0 sends PE 1 a 256 KiB message: a
+//                    rendezvous PE 1 never fetches, so PE 0 waits for its get-done
+//   healthy          PEs 0 and 1 (a job of 2) ping-pong until the file $DOCTOR_TEST_STOP
+//                    exists, then both exit 0
+// Each PE writes its pid to $COVERSE_TEST_PID_DIR/pe<N> first, so the test can check that
+// none survives.
+#include <coverse/coverse.hpp>
+#include <coverse/runtime/wait_reason.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string g_mode;
+
+void write_pid(std::uint32_t pe) {
+    const char* dir = std::getenv("COVERSE_TEST_PID_DIR");
+    if (!dir) return;
+    std::ofstream(std::string(dir) + "/pe" + std::to_string(pe)) << ::getpid() << "\n";
+}
+
+bool stop_requested() {
+    const char* f = std::getenv("DOCTOR_TEST_STOP");
+    return f && ::access(f, F_OK) == 0;
+}
+
+}  // namespace
+
+// Exported (the program links with -rdynamic), so the report can name it.
+extern "C" void doctor_spin_forever(void* msg) {
+    CmiFree(msg);
+    std::atomic<std::uint64_t> spins{0};
+    for (;;)
+        spins.fetch_add(1, std::memory_order_relaxed);
+}
+
+namespace {
+
+// An empty Converse message for `handler` on `pe`.
+void send_empty(int pe, int handler) {
+    void* msg = CmiAlloc(CmiMsgHeaderSizeBytes);
+    CmiInitMsgHeader(msg, CmiMsgHeaderSizeBytes);
+    CmiSetHandler(msg, handler);
+    CmiSyncSendAndFree(pe, CmiMsgHeaderSizeBytes, msg);
+}
+
+coverse::task<void> main_task(coverse::machine& m) {
+    const std::uint32_t pe = m.pe();
+    write_pid(pe);
+    // The same registrations on every PE, in the same order.
+    const int spin = CmiRegisterHandler(doctor_spin_forever);
+    coverse::message_stream& inbox = m.register_stream();
+    const std::byte none[1] = {};
+    co_await m.barrier();  // every PE has its handlers before any message is sent
+
+    if (g_mode == "barrier") {
+        if (pe + 1 == m.num_pes()) {
+            (void)co_await inbox.next();  // never sent: this PE stays out of the barrier
+        } else {
+            co_await m.barrier();
+        }
+    } else if (g_mode == "reply-cycle") {
+        const std::uint32_t other = 1 - pe;
+        // Each answers only after the other's reply: neither ever sends.
+        (void)co_await coverse::waiting_for(
+            {coverse::wait_kind::reply, other, 0, "the peer's reply"}, inbox.next());
+        co_await m.send(other, inbox.handler(), none);
+    } else if (g_mode == "endless-handler") {
+        if (pe == 0) {
+            send_empty(1, spin);
+            (void)co_await coverse::waiting_for(
+                {coverse::wait_kind::reply, 1, 0, "the answer to its request"}, inbox.next());
+        } else {
+            (void)co_await inbox.next();
+        }
+    } else if (g_mode == "rndv-unfetched") {
+        if (pe == 0) {
+            send_empty(1, spin);
+            const std::vector<std::byte> big(256 * 1024);
+            co_await m.send(1, inbox.handler(), big);
+        } else {
+            (void)co_await inbox.next();
+        }
+    } else if (g_mode == "healthy") {
+        if (pe < 2 && m.num_pes() >= 2) {
+            const std::uint32_t other = 1 - pe;
+            if (pe == 0) co_await m.send(other, inbox.handler(), none);
+            // One message in flight at a time: whoever holds it decides to stop, and says
+            // so in the message it sends last.
+            for (;;) {
+                const coverse::message msg = co_await inbox.next();
+                if (!msg.payload().empty() && msg.payload()[0] == std::byte{1}) break;
+                const bool stop = stop_requested();
+                const std::byte flag[1] = {std::byte{stop ? std::uint8_t{1} : std::uint8_t{0}}};
+                co_await m.send(other, inbox.handler(), flag);
+                if (stop) break;
+            }
+        }
+    } else {
+        std::fprintf(stderr, "doctor_hang_pe: unknown mode '%s'\n", g_mode.c_str());
+        std::exit(2);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: doctor_hang_pe barrier|reply-cycle|endless-handler|healthy\n");
+        return 2;
+    }
+    g_mode = argv[1];
+    return coverse::run(argc, argv, main_task);
+}
