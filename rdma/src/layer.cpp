@@ -91,7 +91,8 @@ void layer::connect(std::span<const peer_info> peers) {
         if (p == m.cfg.rank) continue;
         const provider_kind offer = m.offer_for(p);
         provider* prov = m.provider_of(offer);
-        const std::vector<std::byte> blob = prov ? prov->address_blob() : std::vector<std::byte>{};
+        const std::vector<std::byte> blob =
+            prov ? prov->address_blob_for(p) : std::vector<std::byte>{};
         m.post_address(p, 1, offer, blob);
     }
     // Every peer answers our offer with a verdict once it has processed it, after it

@@ -2,6 +2,8 @@
 // turns a posted operation into a co_await.
 #include <coverse/rdma/provider.hpp>
 
+#include <cinttypes>
+#include <cstdio>
 #include <string>
 
 #include <coverse/runtime/scheduler.hpp>
@@ -56,10 +58,16 @@ provider::~provider() = default;
 
 registered provider::expose(std::span<const std::byte> memory) {
     registered h;
-    if (const std::error_code ec = _cache.acquire(memory.data(), memory.size(), h))
-        throw std::system_error(ec, "coverse: registering " + std::to_string(memory.size()) +
-                                        " bytes with the " + std::string(to_string(kind())) +
-                                        " provider");
+    if (const std::error_code ec = _cache.acquire(memory.data(), memory.size(), h)) {
+        // The range, so a refusal can be matched to the buffer (and to /proc/PID/maps).
+        char range[64];
+        const auto begin = reinterpret_cast<std::uintptr_t>(memory.data());
+        std::snprintf(range, sizeof range, "[0x%" PRIxPTR ", 0x%" PRIxPTR ")", begin,
+                      begin + memory.size());
+        throw std::system_error(ec, "coverse: registering " + std::string(range) + " (" +
+                                        std::to_string(memory.size()) + " bytes) with the " +
+                                        std::string(to_string(kind())) + " provider");
+    }
     return h;
 }
 

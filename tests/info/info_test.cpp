@@ -188,6 +188,80 @@ TEST(coverse_info, overview_names_every_part) {
             << r.out;
 }
 
+// The line of the overview that starts with `prefix` after the first column's padding.
+std::string line_of(const std::string& out, const std::string& prefix) {
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+        const auto at = line.find_first_not_of(' ');
+        if (at != std::string::npos && line.compare(at, prefix.size(), prefix) == 0) return line;
+    }
+    return {};
+}
+
+TEST(coverse_info, overview_prints_the_protocol_table_for_each_kind_of_peer) {
+    const run_result r = run_info({}, {});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(has(line_of(r.out, "protocols "), "RDMA_PROVIDER=auto")) << r.out;
+    const std::string same = line_of(r.out, "same host:");
+    EXPECT_TRUE(has(same, "stream/inline/shm 0..2048 B")) << r.out;
+    EXPECT_TRUE(has(same, "stream/buffered/shm 2049..16384 B")) << r.out;
+    EXPECT_TRUE(has(same, "rndv/get/cma 16385..262143 B")) << r.out;
+    EXPECT_TRUE(has(same, "rndv/get+put/cma 262144 B..")) << "from RNDV_SPLIT\n" << r.out;
+    EXPECT_TRUE(has(line_of(r.out, "other host, no verbs:"), "rndv/get/tcp 16385 B..")) << r.out;
+    // The verbs row is there exactly when the verbs provider can serve on this machine.
+    const std::string verbs = line_of(r.out, "verbs ");
+    ASSERT_FALSE(verbs.empty()) << r.out;
+    const bool usable = has(verbs, "verbs         usable: ");
+    EXPECT_TRUE(usable || has(verbs, "verbs         not usable: ")) << verbs;
+    EXPECT_EQ(has(line_of(r.out, "other host, verbs:"), "rndv/get/verbs 16385 B.."), usable)
+        << r.out;
+}
+
+TEST(coverse_info, protocol_boundaries_come_from_the_settings) {
+    const run_result r = run_info({"++set", "SMALL_MESSAGE_BOUNDARY=1024", "++set", "RNDV_SPLIT=0"},
+                                  {"COVERSE_MEDIUM_MESSAGE_BOUNDARY=8192"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::string same = line_of(r.out, "same host:");
+    EXPECT_TRUE(has(same, "stream/inline/shm 0..1024 B")) << r.out;
+    EXPECT_TRUE(has(same, "stream/buffered/shm 1025..8192 B")) << r.out;
+    EXPECT_TRUE(has(same, "rndv/get/cma 8193 B..")) << "RNDV_SPLIT=0: no split\n" << r.out;
+    EXPECT_TRUE(has(line_of(r.out, "other host, no verbs:"), "rndv/get/tcp 8193 B..")) << r.out;
+}
+
+TEST(coverse_info, a_forced_provider_says_where_it_was_forced) {
+    const run_result r = run_info({"++set", "RDMA_PROVIDER=tcp", "++set", "SHM=off"}, {});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(has(line_of(r.out, "protocols "),
+                    "RDMA_PROVIDER=tcp (command line (++set RDMA_PROVIDER)): every peer uses it"))
+        << r.out;
+    // SHM=off: the same-host stream goes over the connection too.
+    EXPECT_TRUE(has(line_of(r.out, "same host:"), "stream/inline/tcp 0..2048 B")) << r.out;
+    EXPECT_TRUE(has(line_of(r.out, "same host:"), "rndv/get/tcp 16385 B..")) << r.out;
+
+    const run_result cma = run_info({}, {"COVERSE_RDMA_PROVIDER=cma"});
+    ASSERT_EQ(cma.status, 0) << cma.err;
+    EXPECT_TRUE(has(line_of(cma.out, "other host:"), "same-host peers only")) << cma.out;
+}
+
+TEST(coverse_info, json_carries_the_verbs_provider_and_the_protocols) {
+    const run_result r = run_info({"--json"}, {});
+    ASSERT_EQ(r.status, 0) << r.err;
+    boost::property_tree::ptree doc;
+    std::istringstream in(r.out);
+    boost::property_tree::read_json(in, doc);
+    const bool usable = doc.get<bool>("rdma.verbs.usable");
+    EXPECT_EQ(doc.get<std::string>("rdma.verbs.why").empty(), usable) << "why, when it is not";
+    EXPECT_TRUE(has(doc.get<std::string>("rdma.provider"), "RDMA_PROVIDER=auto"));
+    std::vector<std::string> peers;
+    for (const auto& row : doc.get_child("rdma.protocols"))
+        peers.push_back(row.second.get<std::string>("peer"));
+    ASSERT_GE(peers.size(), 2u) << r.out;
+    EXPECT_EQ(peers.front(), "same host");
+    EXPECT_EQ(peers.back(), "other host, no verbs");
+    EXPECT_EQ(peers.size(), usable ? 3u : 2u) << r.out;
+    EXPECT_TRUE(doc.get_child_optional("rdma.ports"));
+}
+
 TEST(coverse_info, overview_says_why_asio_when_asked_for) {
     const run_result r = run_info({"++set", "NET_BACKEND=asio"}, {});
     ASSERT_EQ(r.status, 0) << r.err;

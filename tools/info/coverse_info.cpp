@@ -1,6 +1,7 @@
 // coverse-info: what coverse would use here — its version, io_uring and the features the kernel
-// grants, the net backend it would choose and why, RDMA devices, cores — and, with -c, every
-// setting's effective value, where it came from, and warnings for misspelt variables.
+// grants, the net backend it would choose and why, RDMA devices and their ports, whether the
+// verbs provider can serve, the protocol table for each kind of peer, cores — and, with -c,
+// every setting's effective value, where it came from, and warnings for misspelt variables.
 #include <sched.h>
 
 #include <algorithm>
@@ -12,11 +13,10 @@
 #include <thread>
 #include <vector>
 
-#if COVERSE_HAVE_IBVERBS
-#include <infiniband/verbs.h>
-#endif
-
 #include <coverse/net/transport.hpp>
+#include <coverse/rdma/layer.hpp>
+#include <coverse/rdma/protocols.hpp>
+#include <coverse/rdma/verbs.hpp>
 #include <coverse/runtime/reactor.hpp>
 #include <coverse/runtime/scheduler.hpp>
 #include <coverse/runtime/settings.hpp>
@@ -28,7 +28,8 @@ namespace settings = coverse::settings;
 constexpr const char* usage_text =
     "usage: coverse-info [-c | --config] [--json] [++set NAME=VALUE]...\n"
     "  (no flag)      version, io_uring, the net backend coverse would choose and why,\n"
-    "                 RDMA devices, cores\n"
+    "                 RDMA devices and ports, the verbs provider, the protocol table for\n"
+    "                 each kind of peer, cores\n"
     "  -c, --config   every setting: its effective value, where it came from (default,\n"
     "                 environment and the variable, command line) and its meaning; then\n"
     "                 warnings for COVERSE_*/CMI_VMI_* variables that name no setting\n"
@@ -37,10 +38,6 @@ constexpr const char* usage_text =
     "  -h, --help     this text\n"
     "Precedence: ++set N=V > COVERSE_N > N > CMI_VMI_N > default (docs/settings.md).\n"
     "Exit status: 0; 1 when a setting has a malformed value; 2 for a bad command line.\n";
-
-constexpr std::string_view no_rdma_devices =
-    "no RDMA devices found (the kernel has no InfiniBand support or no device); the cma/tcp "
-    "providers serve";
 
 // ---- what is probed -------------------------------------------------------------------------
 
@@ -66,29 +63,74 @@ uring_probe probe_uring() {
 }
 
 struct rdma_probe {
-    bool checked = false;
-    std::vector<std::string> devices;
+    std::vector<coverse::rdma::verbs_device> devices;
+    std::string note;  // why there is none
+    bool verbs_usable = false;
+    std::string verbs_line;  // "mlx5_0 port 1", or why verbs cannot serve
+};
+
+// The devices as libibverbs lists them, and whether the verbs provider opens (the same call a
+// PE makes at start-up, so "usable" means what a job would get).
+rdma_probe probe_rdma(coverse::scheduler& sched) {
+    rdma_probe p;
+    p.devices = coverse::rdma::list_verbs_devices(&p.note);
+    if (p.devices.empty()) p.note += "; the cma/tcp providers serve";
+    std::string why;
+    p.verbs_usable = coverse::rdma::make_verbs_provider(sched, 0, 2, &why) != nullptr;
+    p.verbs_line = why;
+    if (p.verbs_usable) {
+        for (const auto& d : p.devices)
+            for (const auto& port : d.ports)
+                if (p.verbs_line.empty() && port.state == "active")
+                    p.verbs_line = d.name + " port " + std::to_string(port.number);
+    }
+    return p;
+}
+
+struct protocol_row {
+    std::string peer;   // "same host", "other host, verbs", ...
+    std::string table;  // protocol_table::describe(), or empty with a note
     std::string note;
 };
 
-rdma_probe probe_rdma() {
-    rdma_probe p;
-#if COVERSE_HAVE_IBVERBS
-    p.checked = true;
-    int n = 0;
-    // Null (errno set) when the kernel has no verbs support at all: the same answer for us.
-    if (ibv_device** list = ibv_get_device_list(&n)) {
-        for (int i = 0; i < n; ++i)
-            p.devices.emplace_back(ibv_get_device_name(list[i]));
-        ibv_free_device_list(list);
+// One table per kind of peer, built as the layer builds them (layer.cpp table_for) from the
+// same settings: SMALL/MEDIUM_MESSAGE_BOUNDARY, RNDV_SPLIT, SHM and RDMA_PROVIDER.
+std::vector<protocol_row> protocol_rows(const coverse::rdma::layer_config& cfg, bool verbs) {
+    using namespace coverse::rdma;
+    const auto table = [&](stream_path path, provider_kind kind) {
+        const bool split = kind == provider_kind::cma && path == stream_path::shm_ring;
+        return make_protocol_table(path, kind, cfg.small_boundary, cfg.medium_boundary,
+                                   split ? cfg.rndv_split : 0)
+            .describe();
+    };
+    const auto stops = [](std::string why) { return protocol_row{"", "", std::move(why)}; };
+    std::vector<protocol_row> rows;
+    const auto same_path = cfg.shm ? stream_path::shm_ring : stream_path::connection;
+    if (cfg.forced == provider_kind::verbs && !verbs) {
+        protocol_row r = stops(
+            "RDMA_PROVIDER=verbs, but verbs cannot serve here: a job of two or "
+            "more PEs stops at start-up");
+        r.peer = "every peer";
+        return {r};
     }
-    if (p.devices.empty()) p.note = no_rdma_devices;
-#else
-    p.note =
-        "not checked: coverse-info was built without libibverbs (install libibverbs-dev and "
-        "reconfigure); the cma/tcp providers serve";
-#endif
-    return p;
+    rows.push_back({"same host", table(same_path, cfg.forced.value_or(provider_kind::cma)), ""});
+    if (cfg.forced == provider_kind::cma) {
+        protocol_row r = stops(
+            "cma reaches same-host peers only: a job across hosts stops at "
+            "start-up");
+        r.peer = "other host";
+        rows.push_back(r);
+        return rows;
+    }
+    if (verbs || cfg.forced == provider_kind::verbs)
+        rows.push_back({"other host, verbs",
+                        table(stream_path::connection, cfg.forced.value_or(provider_kind::verbs)),
+                        ""});
+    if (cfg.forced != provider_kind::verbs)
+        rows.push_back({"other host, no verbs",
+                        table(stream_path::connection, cfg.forced.value_or(provider_kind::tcp)),
+                        ""});
+    return rows;
 }
 
 struct core_count {
@@ -131,6 +173,15 @@ std::string from_text(const settings::resolved& r) {
     return std::string(settings::to_string(r.from)) + " (" + r.variable + ")";
 }
 
+// "auto: same host cma, ...", or what forces one provider and where that came from.
+std::string provider_choice(const coverse::rdma::layer_config& cfg) {
+    if (!cfg.forced)
+        return "RDMA_PROVIDER=auto: same host cma, other hosts verbs where both PEs can use it, "
+               "else tcp";
+    return "RDMA_PROVIDER=" + std::string(coverse::rdma::to_string(*cfg.forced)) + " (" +
+           from_text(settings::resolve("RDMA_PROVIDER")) + "): every peer uses it";
+}
+
 std::string shown_value(const std::string& v) {
     return v.empty() ? "\"\"" : v;
 }
@@ -156,7 +207,6 @@ void print_warnings(const std::vector<setting_row>& rows,
 void print_overview(const std::vector<setting_row>& rows,
                     const std::vector<std::string>& warnings) {
     const uring_probe uring = probe_uring();
-    const rdma_probe rdma = probe_rdma();
     const core_count cores = count_cores();
 
     std::printf("coverse       %s\n", COVERSE_VERSION);
@@ -181,13 +231,27 @@ void print_overview(const std::vector<setting_row>& rows,
     }
     if (!net.details.empty()) std::printf("              %s\n", net.details.c_str());
 
-    if (!rdma.devices.empty()) {
-        std::string names;
-        for (const std::string& d : rdma.devices)
-            names += (names.empty() ? "" : ", ") + d;
-        std::printf("RDMA devices  %s\n", names.c_str());
-    } else {
-        std::printf("RDMA devices  %s\n", rdma.note.c_str());
+    const rdma_probe rdma = probe_rdma(sched);
+    if (rdma.devices.empty()) std::printf("RDMA devices  %s\n", rdma.note.c_str());
+    for (std::size_t i = 0; i < rdma.devices.size(); ++i) {
+        const auto& d = rdma.devices[i];
+        std::printf("%s%s (GUID %s)\n", i == 0 ? "RDMA devices  " : "              ",
+                    d.name.c_str(), d.node_guid.c_str());
+        for (const auto& port : d.ports)
+            std::printf("                port %u: %s, %s, LID %u, MTU %s\n", port.number,
+                        port.state.c_str(), port.link_layer.c_str(), port.lid,
+                        port.active_mtu.c_str());
+    }
+    std::printf("verbs         %s: %s\n", rdma.verbs_usable ? "usable" : "not usable",
+                rdma.verbs_line.c_str());
+    try {
+        const auto cfg = coverse::rdma::layer_config::from_settings();
+        std::printf("protocols     %s\n", provider_choice(cfg).c_str());
+        for (const protocol_row& r : protocol_rows(cfg, rdma.verbs_usable))
+            std::printf("              %-21s %s\n", (r.peer + ":").c_str(),
+                        r.table.empty() ? r.note.c_str() : r.table.c_str());
+    } catch (const std::exception& e) {
+        std::printf("protocols     cannot be shown: %s\n", e.what());
     }
     std::printf("cores         %u online, %u usable by this process\n", cores.online, cores.usable);
 
@@ -275,10 +339,10 @@ std::string string_array(const std::vector<std::string>& items) {
 
 void print_json(const std::vector<setting_row>& rows, const std::vector<std::string>& warnings) {
     const uring_probe uring = probe_uring();
-    const rdma_probe rdma = probe_rdma();
     const core_count cores = count_cores();
     coverse::scheduler sched(coverse::scheduler_options::from_env());
     const auto net = coverse::net::describe_backend_choice(sched);
+    const rdma_probe rdma = probe_rdma(sched);
 
     std::printf("{\n  \"version\": %s,\n", quoted(COVERSE_VERSION).c_str());
     std::printf("  \"io_uring\": {\"available\": %s, \"used\": %s, \"reason\": %s, ",
@@ -289,9 +353,35 @@ void print_json(const std::vector<setting_row>& rows, const std::vector<std::str
     std::printf("  \"net\": {\"backend\": %s, \"why\": %s, \"details\": %s, \"asked_by\": %s},\n",
                 quoted(net.name).c_str(), quoted(net.why).c_str(), quoted(net.details).c_str(),
                 quoted(net.asked_by).c_str());
-    std::printf("  \"rdma\": {\"checked\": %s, \"devices\": %s, \"note\": %s},\n",
-                rdma.checked ? "true" : "false", string_array(rdma.devices).c_str(),
-                quoted(rdma.note).c_str());
+    std::vector<std::string> names;
+    std::string ports;
+    for (const auto& d : rdma.devices) {
+        names.push_back(d.name);
+        for (const auto& p : d.ports)
+            ports +=
+                std::string(ports.empty() ? "" : ", ") + "{\"device\": " + quoted(d.name) +
+                ", \"guid\": " + quoted(d.node_guid) + ", \"port\": " + std::to_string(p.number) +
+                ", \"state\": " + quoted(p.state) + ", \"link_layer\": " + quoted(p.link_layer) +
+                ", \"lid\": " + std::to_string(p.lid) + ", \"mtu\": " + quoted(p.active_mtu) + "}";
+    }
+    std::string protocols, choice;
+    try {
+        const auto cfg = coverse::rdma::layer_config::from_settings();
+        choice = provider_choice(cfg);
+        for (const protocol_row& r : protocol_rows(cfg, rdma.verbs_usable))
+            protocols += std::string(protocols.empty() ? "" : ", ") +
+                         "{\"peer\": " + quoted(r.peer) + ", \"table\": " + quoted(r.table) +
+                         ", \"note\": " + quoted(r.note) + "}";
+    } catch (const std::exception& e) {
+        choice = std::string("cannot be shown: ") + e.what();
+    }
+    std::printf("  \"rdma\": {\"checked\": true, \"devices\": %s, \"note\": %s, \"ports\": [%s],\n",
+                string_array(names).c_str(), quoted(rdma.note).c_str(), ports.c_str());
+    std::printf("           \"verbs\": {\"usable\": %s, \"why\": %s},\n",
+                rdma.verbs_usable ? "true" : "false",
+                quoted(rdma.verbs_usable ? "" : rdma.verbs_line).c_str());
+    std::printf("           \"provider\": %s, \"protocols\": [%s]},\n", quoted(choice).c_str(),
+                protocols.c_str());
     std::printf("  \"cores\": {\"online\": %u, \"usable\": %u},\n", cores.online, cores.usable);
     std::printf("  \"settings\": {\n");
     for (std::size_t i = 0; i < rows.size(); ++i) {

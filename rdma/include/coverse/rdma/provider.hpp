@@ -107,6 +107,12 @@ public:
 
     /// What this PE hands every peer of this provider; the peer's connect_peer() reads it.
     virtual std::vector<std::byte> address_blob() = 0;
+    /// What this PE hands peer `pe`: the same blob for every peer unless the provider keeps
+    /// per-peer state (verbs: the queue pair of that pair of PEs). The layer calls this one.
+    virtual std::vector<std::byte> address_blob_for(std::uint32_t pe) {
+        (void)pe;
+        return address_blob();
+    }
     /// Takes a peer's blob. nullopt when the peer can be served; otherwise why not (the
     /// caller then picks another provider for that peer).
     virtual std::optional<std::string> connect_peer(std::uint32_t pe,
