@@ -52,24 +52,25 @@ void tcp_provider::post_get(std::uint32_t pe, std::span<std::byte> local, remote
     const std::uint32_t id = _next_id++;
     if (_next_id == 0) _next_id = 1;
     _gets.emplace(id, get_op{&done, pe, local.data(), local.size()});
-    const net::rma_request_payload req{remote.address, remote.key, local.size(), id};
-    const auto body = net::encode(req);
-    net::frame_header h;
-    h.type = net::frame_type::rma_get_request;
-    // The request is 32 bytes the writer must still see after we return: post a copy that
-    // the writer owns until its callback.
-    auto* copy = new std::array<std::byte, net::rma_request_payload::wire_size>(body);
-    const int rc = _mesh.post(
-        pe, h, *copy,
-        [](void* ctx, int) {
-            delete static_cast<std::array<std::byte, net::rma_request_payload::wire_size>*>(ctx);
-        },
-        copy);
-    if (rc < 0) {
-        delete copy;
+    const int rc = post_control(
+        pe, net::frame_type::rma_get_request,
+        net::encode(net::rma_request_payload{remote.address, remote.key, local.size(), id}));
+    if (rc < 0)
         fail_get(id, {op_status::peer_lost, "the connection to PE " + std::to_string(pe) +
                                                 " is down: " + std::strerror(-rc)});
-    }
+}
+
+// A small control frame whose bytes the connection's writer owns until it is sent.
+int tcp_provider::post_control(std::uint32_t pe, net::frame_type type,
+                               std::span<const std::byte> payload) {
+    auto* copy = new std::vector<std::byte>(payload.begin(), payload.end());
+    net::frame_header h;
+    h.type = type;
+    const int rc = _mesh.post(
+        pe, h, *copy, [](void* ctx, int) { delete static_cast<std::vector<std::byte>*>(ctx); },
+        copy);
+    if (rc < 0) delete copy;
+    return rc;
 }
 
 void tcp_provider::fail_get(std::uint32_t id, op_result r) {
@@ -85,18 +86,10 @@ void tcp_provider::post_put(std::uint32_t pe, std::span<const std::byte> local,
     const std::uint32_t id = _next_id++;
     if (_next_id == 0) _next_id = 1;
     _puts.emplace(id, put_op{&done, pe});
-    const net::rma_request_payload req{remote.address, remote.key, local.size(), id};
-    auto* copy = new std::array<std::byte, net::rma_request_payload::wire_size>(net::encode(req));
-    net::frame_header h;
-    h.type = net::frame_type::rma_put_request;
-    const int rc = _mesh.post(
-        pe, h, *copy,
-        [](void* ctx, int) {
-            delete static_cast<std::array<std::byte, net::rma_request_payload::wire_size>*>(ctx);
-        },
-        copy);
+    const int rc = post_control(
+        pe, net::frame_type::rma_put_request,
+        net::encode(net::rma_request_payload{remote.address, remote.key, local.size(), id}));
     if (rc < 0) {
-        delete copy;
         _puts.erase(id);
         done.complete({op_status::peer_lost, "the connection to PE " + std::to_string(pe) +
                                                  " is down: " + std::strerror(-rc)});
@@ -123,17 +116,8 @@ void tcp_provider::post_data(std::uint32_t pe, net::frame_type type, std::uint32
 
 void tcp_provider::reply(std::uint32_t pe, std::uint32_t id, net::rma_op op,
                          net::rma_status status) {
-    auto* copy = new std::array<std::byte, net::rma_complete_payload::wire_size>(
-        net::encode(net::rma_complete_payload{id, op, status}));
-    net::frame_header h;
-    h.type = net::frame_type::rma_complete;
-    const int rc = _mesh.post(
-        pe, h, *copy,
-        [](void* ctx, int) {
-            delete static_cast<std::array<std::byte, net::rma_complete_payload::wire_size>*>(ctx);
-        },
-        copy);
-    if (rc < 0) delete copy;
+    (void)post_control(pe, net::frame_type::rma_complete,
+                       net::encode(net::rma_complete_payload{id, op, status}));
 }
 
 void tcp_provider::serve_get(std::uint32_t pe, const net::rma_request_payload& r) {

@@ -74,6 +74,7 @@ private:
     void serve_get(std::uint32_t pe, const net::rma_request_payload& r);
     void start_put(std::uint32_t pe, const net::rma_request_payload& r);
     void reply(std::uint32_t pe, std::uint32_t id, net::rma_op op, net::rma_status status);
+    int post_control(std::uint32_t pe, net::frame_type type, std::span<const std::byte> payload);
     void post_data(std::uint32_t pe, net::frame_type type, std::uint32_t id, const std::byte* data,
                    std::uint64_t size);
     void fail_get(std::uint32_t id, op_result r);
