@@ -21,6 +21,7 @@
 #include <coverse/alloc/message.hpp>
 #include <coverse/runtime/event.hpp>
 #include <coverse/runtime/trace.hpp>
+#include <coverse/runtime/wait_reason.hpp>
 
 #include "layer_impl.hpp"
 
@@ -162,7 +163,9 @@ task<void> layer::impl::receive_task(impl* self, rndv_in* in) {
     // Wait for our turn among this peer's fetches (FIFO: in publish order).
     // (Only a closing layer cancels this wait, and it closes once nothing is in flight.)
     semaphore& turn = *self->peers[from].fetch_slots;
-    co_await turn.acquire();
+    co_await waiting_for({wait_kind::other, from, offer.handle,
+                          "rndv/get: its turn behind this peer's earlier fetches"},
+                         turn.acquire());
     void* msg = alloc::msg_alloc(static_cast<std::size_t>(size));
     if (!msg)
         self->up.on_fatal("PE " + std::to_string(self->cfg.rank) + ": out of memory for a " +
@@ -191,15 +194,19 @@ task<void> layer::impl::receive_task(impl* self, rndv_in* in) {
     op_result r;
     for (std::uint64_t off = 0; off < head && r.ok();) {
         const std::uint64_t n = std::min<std::uint64_t>(self->cfg.rndv_chunk, head - off);
-        r = co_await get(*prov, from, std::span<std::byte>(dst + off, n),
-                         remote_memory{offer.address + off, offer.key, n});
+        r = co_await waiting_for(
+            {wait_kind::other, from, offer.handle, "rndv/get: the data of a get"},
+            get(*prov, from, std::span<std::byte>(dst + off, n),
+                remote_memory{offer.address + off, offer.key, n}));
         off += n;
         if (off < head && r.ok()) co_await yield();  // let the loop serve others meanwhile
     }
     self->self._stats.bytes_by_get += head;
     if (in->split) {
         try {
-            co_await in->tail_done.wait();
+            co_await waiting_for({wait_kind::other, from, offer.handle,
+                                  "rndv/get+put: the sender's half (RNDV_SPLIT)"},
+                                 in->tail_done.wait());
         } catch (const cancelled_error&) {
             in->tail = {op_status::failed, "the layer closed while waiting"};
         }
