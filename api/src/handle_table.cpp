@@ -125,9 +125,7 @@ void pe_core::release_handle(CmiCommHandle h, const char* caller) {
 
 void pe_core::trace_send(std::uint64_t id, std::uint32_t dest, std::uint32_t size) {
     if (!trace::enabled()) return;
-    const auto proto = size <= _small_boundary    ? send_protocol::inline_send
-                       : size <= _medium_boundary ? send_protocol::stream
-                                                  : send_protocol::rendezvous;
+    const auto proto = protocol_of(size);
     const std::uint64_t seq = _send_seq[dest];
     trace::emit(trace::kind::handle_allocated, id, (seq << 32) | size,
                 (std::uint64_t{dest} << 32) | static_cast<std::uint64_t>(proto));

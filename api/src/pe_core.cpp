@@ -121,11 +121,9 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     }
 
     _broadcast_tree = settings::enabled("BROADCAST_TREE");
-    {
-        const auto rc = rdma::layer_config::from_settings();  // the layer's boundaries
-        _small_boundary = rc.small_boundary;
-        _medium_boundary = rc.medium_boundary;
-    }
+    _layer_cfg = rdma::layer_config::from_settings();
+    _small_boundary = _layer_cfg.small_boundary;
+    _medium_boundary = _layer_cfg.medium_boundary;
     const std::size_t max_handles = std::max<std::size_t>(1, settings::count("MAXIMUM_HANDLES"));
     _slots.resize(max_handles);
     _free_slots.reserve(max_handles);
@@ -219,7 +217,7 @@ void pe_core::start_networked(const net::launch_info& info) {
                                  ": cannot listen on 127.0.0.1: " + std::strerror(-l.error));
     const std::uint16_t port = l.value->local().port;
 
-    rdma::layer_config rc = rdma::layer_config::from_settings();
+    rdma::layer_config rc = _layer_cfg;
     rc.rank = _pe;
     rc.num_pes = _num_pes;
     rc.job_key = info.job_key;

@@ -352,8 +352,15 @@ private:
     std::unique_ptr<trace::flush_poller> _trace_flush;  // hands chunks over when idle
     std::string _backend_why;
     bool _broadcast_tree = true;
+    rdma::layer_config _layer_cfg;  // the settings, read once; the layer gets a copy
     std::uint32_t _small_boundary = 2048;
     std::uint32_t _medium_boundary = 16384;
+    /// The protocol a message of `size` bytes takes (trace events and the handle table).
+    send_protocol protocol_of(std::uint32_t size) const noexcept {
+        return size <= _small_boundary    ? send_protocol::inline_send
+               : size <= _medium_boundary ? send_protocol::stream
+                                          : send_protocol::rendezvous;
+    }
 
     std::vector<handler_entry> _handlers;
     std::map<std::uint32_t, handler_entry> _internal;

@@ -40,9 +40,7 @@ void pe_core::trace_receive(void* msg, std::uint32_t from, std::uint32_t size) {
         return;
     }
     const std::uint32_t index = static_cast<std::uint32_t>(_recv_ids++);
-    const auto proto = size <= _small_boundary    ? send_protocol::inline_send
-                       : size <= _medium_boundary ? send_protocol::stream
-                                                  : send_protocol::rendezvous;
+    const auto proto = protocol_of(size);
     trace::emit(trace::kind::handle_allocated, receive_trace_id(index), (seq << 32) | size,
                 (std::uint64_t{from} << 32) | (1u << 8) | static_cast<std::uint64_t>(proto));
     header_of(msg)->flags |= header_flag_traced_receive;
@@ -119,7 +117,7 @@ void pe_core::frame_done(frame_ticket& t, int result) {
     const std::uint32_t slot = t.slot;
     const std::uint32_t extra = t.extra;
     void* forward = t.forward;
-    _spare_tickets.emplace_back(&t);  // recycled first: what follows may send again
+    _spare_tickets.emplace_back(&t);         // recycled first: what follows may send again
     if (result == -EMSGSIZE && !_shut_down)  // a size limit, not a dead peer
         fatal("PE " + std::to_string(_pe) + " could not send a message to PE " +
               std::to_string(dest) + ": it is larger than a frame may carry (" +
@@ -174,10 +172,7 @@ pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const
         std::memcpy(buf, msg, usize);
     }
     const std::uint32_t s = acquire_slot(caller);
-    _slots[s].protocol =
-        static_cast<std::uint8_t>(usize <= _small_boundary    ? send_protocol::inline_send
-                                  : usize <= _medium_boundary ? send_protocol::stream
-                                                              : send_protocol::rendezvous);
+    _slots[s].protocol = static_cast<std::uint8_t>(protocol_of(usize));
     ++_sends_in_flight;
     _slots[s].pending = 1;  // held until every frame is started
     if (own != ownership::borrow) _slots[s].free_when_done = buf;
@@ -255,7 +250,8 @@ task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> ms
     CmiCommHandle h = send(static_cast<int>(dest), static_cast<int>(msg.size()),
                            const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
     while (h && _slots[slot_of(h, "send")].pending > 0)
-        co_await waiting_for({wait_kind::socket_drain, dest, 0, "send not complete"}, _send_waiters.wait());
+        co_await waiting_for({wait_kind::socket_drain, dest, 0, "send not complete"},
+                             _send_waiters.wait());
     release_handle(h, "send");
 }
 

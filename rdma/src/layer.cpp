@@ -399,16 +399,6 @@ provider_kind layer::provider_for(std::uint32_t pe) const noexcept {
     return pe < m.peers.size() ? m.peers[pe].get_with : provider_kind::tcp;
 }
 
-bool layer::same_host_stream(std::uint32_t pe) const noexcept {
-    const impl& m = *_impl;
-    return pe < m.peers.size() && m.peers[pe].out_ring.has_value();
-}
-
-const protocol_info& layer::protocol_for(std::uint32_t pe, std::size_t size) const noexcept {
-    const impl& m = *_impl;
-    return m.table_for(pe).choose(size);
-}
-
 const protocol_table& layer::impl::table_for(std::uint32_t pe) const noexcept {
     const peer& p = peers[pe];
     const bool split = p.get_with == provider_kind::cma && p.publish_with == provider_kind::cma &&

@@ -127,10 +127,6 @@ public:
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;
-    /// Whether `pe` is reached through a shared-memory ring.
-    bool same_host_stream(std::uint32_t pe) const noexcept;
-    /// The protocol a message of `size` bytes to `pe` takes.
-    const protocol_info& protocol_for(std::uint32_t pe, std::size_t size) const noexcept;
     /// One line per kind of peer: "same host: stream/inline <= 2048 B, ..., rndv/get/cma".
     std::string describe() const;
     /// How providers are chosen, for the trace header: "auto: same host cma, other hosts
