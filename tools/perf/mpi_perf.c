@@ -57,25 +57,11 @@ static int parse_options(int argc, char** argv, struct options* o, char* err, si
     o->warmup = -1;
     o->window = 64;
     for (int i = 1; i < argc; ++i) {
-        const char* a = argv[i];
-        const char* v = NULL;
+        static const char* const with_value[] = {"--tests",  "--sizes",  "--iters",
+                                                 "--warmup", "--window", NULL};
         char name[32];
-        const char* eq = strchr(a, '=');
-        if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof name) {
-            memcpy(name, a, (size_t)(eq - a));
-            name[eq - a] = '\0';
-            v = eq + 1;
-            a = name;
-        }
-        int wants_value = !strcmp(a, "--tests") || !strcmp(a, "--sizes") || !strcmp(a, "--iters") ||
-                          !strcmp(a, "--warmup") || !strcmp(a, "--window");
-        if (wants_value && !v) {
-            if (i + 1 >= argc) {
-                snprintf(err, errlen, "%s needs a value", a);
-                return 2;
-            }
-            v = argv[++i];
-        }
+        const char *a, *v;
+        if (perf_next_flag(argc, argv, &i, with_value, name, &a, &v, err, errlen)) return 2;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
         if (!strcmp(a, "--json")) continue;
         if (!strcmp(a, "--quick")) {
