@@ -146,6 +146,27 @@ CmiCommHandle CmiAsyncBroadcastAll(int size, void* msg);
 #define CmiAsyncNodeBroadcast CmiAsyncBroadcast
 #define CmiAsyncNodeBroadcastAll CmiAsyncBroadcastAll
 
+/* ---- persistent communication (Charm++'s persistent.h) -------------------------------------
+ * A handle names a destination and a largest message size. Sends made while it is in use
+ * (CmiUsePersistentHandle) go into buffers the receiver set aside for this sender: one copy,
+ * no allocation at the receiver. A receiver without resources for it (another host, no
+ * shared memory, EAGER_LONG_BUFFERS=0) refuses quietly: the sends go the usual way. */
+#define CMK_PERSISTENT_COMM 1
+typedef void* PersistentHandle;
+typedef struct {
+    int pe;                  /* the receiver */
+    int maxBytes;            /* the largest message its buffers take */
+    void** bufPtr;           /* unused by coverse (NULL) */
+    PersistentHandle myHand; /* the receiver's channel: plain data, copy it into a message */
+} PersistentReq;
+void CmiPersistentInit(void);
+PersistentHandle CmiCreatePersistent(int destPE, int maxBytes);
+PersistentReq CmiCreateReceiverPersistent(int maxBytes);
+PersistentHandle CmiRegisterReceivePersistent(PersistentReq req);
+void CmiUsePersistentHandle(PersistentHandle* handles, int n);
+void CmiDestroyPersistent(PersistentHandle handle);
+void CmiDestroyAllPersistent(void);
+
 /* ---- barriers and reductions -------------------------------------------------------------- */
 int CmiBarrier(void);
 int CmiBarrierZero(void);

@@ -393,6 +393,17 @@ void pe_core::shutdown() {
         _sched->run_until([&] { return _sends_in_flight == 0; });
     }
     if (_rdma) _rdma->drain();
+    if (_rdma && _opts.verbose) {
+        const auto e = _rdma->eager_stats();
+        if (e.opened || e.sends || e.receives || e.refused)
+            print("coverse: PE " + std::to_string(_pe) + " eager: " + std::to_string(e.sends) +
+                      " sent, " + std::to_string(e.receives) + " received, " +
+                      std::to_string(e.opened) + " channels opened, " + std::to_string(e.refused) +
+                      " refused, " + std::to_string(e.no_credit) + " sends without a credit, " +
+                      std::to_string(e.order_waits) + " kept on the ring for order, " +
+                      std::to_string(e.bad_footers) + " bad footers\n",
+                  true);
+    }
     if (_mesh) {
         trace::emit(trace::kind::phase_begin, 4);
         std::string failure;

@@ -209,6 +209,9 @@ public:
     /// Finishes every pending send, runs the disconnect handshake, closes everything.
     void shutdown();
 
+    /// The rdma layer (nullptr on a single PE or before start-up).
+    rdma::layer* rdma_layer() noexcept { return _rdma.get(); }
+
 private:
     struct handler_entry {
         CmiHandler fn = nullptr;

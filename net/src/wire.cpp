@@ -50,6 +50,11 @@ constexpr std::size_t max_size = 0, handle = 8, reserved = 12;
 static_assert(handle == max_size + 8 && reserved == handle + 4 &&
               persistent_request_payload::wire_size == reserved + 4);
 }  // namespace persistent_off
+namespace eager_off {
+constexpr std::size_t action = 0, kind = 4, channel = 8, handle = 12, slots = 16, capacity = 20,
+                      reserved = 24;
+static_assert(eager_channel_payload::wire_size == reserved + 8);
+}  // namespace eager_off
 namespace disconnect_off {
 constexpr std::size_t reason = 0;
 static_assert(disconnect_payload::wire_size == reason + 4);
@@ -157,6 +162,8 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "rma_complete";
         case frame_type::rdma_address:
             return "rdma_address";
+        case frame_type::eager_channel:
+            return "eager_channel";
         case frame_type::state_request:
             return "state_request";
         case frame_type::state_reply:
@@ -235,6 +242,8 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::exact, rma_complete_payload::wire_size};
         case frame_type::rdma_address:
             return {k::at_least, rdma_address_payload::wire_size};
+        case frame_type::eager_channel:
+            return {k::exact, eager_channel_payload::wire_size};
         case frame_type::hello:
             return {k::exact, hello_payload::wire_size};
         case frame_type::disconnect:
@@ -356,6 +365,8 @@ decode_error validate_payload(const frame_header& header, std::span<const std::b
             return decode_rma_complete(payload).error;
         case frame_type::rdma_address:
             return decode_rdma_address(payload).error;
+        case frame_type::eager_channel:
+            return decode_eager_channel(payload).error;
         case frame_type::credit:
             return decode_credit(payload, limits).error;
         case frame_type::barrier:
@@ -628,6 +639,49 @@ decoded<persistent_request_payload> decode_persistent_request(
     } else if (r.value.max_size == 0 || r.value.max_size > limits.max_payload) {
         r.error = fail(decode_status::invalid_field, frame_type::persistent_request,
                        "persistent_request.max_size", r.value.max_size, limits.max_payload);
+    }
+    return r;
+}
+
+std::array<std::byte, eager_channel_payload::wire_size> encode(
+    const eager_channel_payload& v) noexcept {
+    std::array<std::byte, eager_channel_payload::wire_size> out{};
+    store_le<std::uint32_t>(out.data() + eager_off::action, static_cast<std::uint32_t>(v.action));
+    store_le<std::uint32_t>(out.data() + eager_off::kind, v.kind);
+    store_le<std::uint32_t>(out.data() + eager_off::channel, v.channel);
+    store_le<std::uint32_t>(out.data() + eager_off::handle, v.handle);
+    store_le<std::uint32_t>(out.data() + eager_off::slots, v.slots);
+    store_le<std::uint32_t>(out.data() + eager_off::capacity, v.capacity);
+    return out;
+}
+
+decoded<eager_channel_payload> decode_eager_channel(std::span<const std::byte> b) noexcept {
+    decoded<eager_channel_payload> r;
+    constexpr auto type = frame_type::eager_channel;
+    if ((r.error = check_exact(b, eager_channel_payload::wire_size, type))) return r;
+    const auto action = load_le<std::uint32_t>(b.data() + eager_off::action);
+    r.value.action = static_cast<eager_action>(action);
+    r.value.kind = load_le<std::uint32_t>(b.data() + eager_off::kind);
+    r.value.channel = load_le<std::uint32_t>(b.data() + eager_off::channel);
+    r.value.handle = load_le<std::uint32_t>(b.data() + eager_off::handle);
+    r.value.slots = load_le<std::uint32_t>(b.data() + eager_off::slots);
+    r.value.capacity = load_le<std::uint32_t>(b.data() + eager_off::capacity);
+    const auto reserved = load_le<std::uint64_t>(b.data() + eager_off::reserved);
+    if (reserved != 0) {
+        r.error = fail(decode_status::reserved_bits_set, type, "eager_channel.reserved", reserved);
+    } else if (action < 1 || action > 5) {
+        r.error = fail(decode_status::invalid_field, type, "eager_channel.action", action, 5);
+    } else if (r.value.kind < 1 || r.value.kind > 2) {
+        r.error = fail(decode_status::invalid_field, type, "eager_channel.kind", r.value.kind, 2);
+    } else if (r.value.channel == 0 && r.value.action != eager_action::refuse &&
+               r.value.action != eager_action::destroy) {
+        r.error = fail(decode_status::invalid_field, type, "eager_channel.channel", 0, 1);
+    } else if (r.value.action == eager_action::open &&
+               (r.value.slots < 1 || r.value.slots > 1024)) {
+        r.error =
+            fail(decode_status::invalid_field, type, "eager_channel.slots", r.value.slots, 1024);
+    } else if (r.value.action == eager_action::open && r.value.capacity == 0) {
+        r.error = fail(decode_status::invalid_field, type, "eager_channel.capacity", 0, 1);
     }
     return r;
 }
@@ -994,6 +1048,12 @@ const char* field_rule(std::string_view field) {
         {"rma_complete.op", "must be 1 (get) or %llu (put)"},
         {"rma_complete.status", "must be 0 (ok) or %llu (refused)"},
         {"rdma_address.stage", "must be 1 (offer) or %llu (verdict)"},
+        {"eager_channel.action", "must be 1 (open) .. %llu (destroy)"},
+        {"eager_channel.kind", "must be 1 (short slots) or %llu (long buffers)"},
+        {"eager_channel.channel", "must be at least %llu"},
+        {"eager_channel.slots", "must be 1 .. %llu"},
+        {"eager_channel.capacity", "must be at least %llu"},
+        {"eager_channel.reserved", "must be 0"},
         {"rdma_address.provider", "must be 1 (cma), 2 (tcp) or %llu (verbs)"},
         {"persistent_request.max_size", "must be 1..%llu (COVERSE_MAX_MESSAGE)"},
         {"get_done.status", "known: 0 ok, 1 failed"},

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <coverse/alloc/message.hpp>
@@ -34,6 +35,20 @@ layer_config layer_config::from_settings() {
     c.rndv_chunk = std::max<std::size_t>(4096, settings::count("RNDV_CHUNK"));
     c.rndv_split = settings::count("RNDV_SPLIT");
     c.rndv_fetches = std::max<std::size_t>(1, settings::count("RNDV_FETCHES"));
+    c.eager = settings::enabled("EAGER_PROTOCOL");
+    c.eager_interval_ns = static_cast<std::uint64_t>(
+        std::chrono::nanoseconds(settings::duration("EAGER_INTERVAL")).count());
+    c.eager_threshold = clamp32(std::max<std::size_t>(1, settings::count("EAGER_THRESHOLD")));
+    c.eager_slots = clamp32(std::clamp<std::size_t>(settings::count("EAGER_SHORT_SLOTS"), 1,
+                                                    eager_segment::most_slots));
+    c.eager_short_bytes = std::min<std::uint32_t>(
+        clamp32(std::max<std::size_t>(1, settings::count("EAGER_SHORT_MESSAGE_BOUNDARY"))),
+        eager_segment::largest_capacity);
+    c.eager_pollset = settings::count("EAGER_SHORT_POLLSET_SIZE_MAXIMUM");
+    c.eager_long_buffers = clamp32(
+        std::min<std::size_t>(settings::count("EAGER_LONG_BUFFERS"), eager_segment::most_slots));
+    c.eager_long_bytes = std::min<std::uint32_t>(clamp32(settings::count("EAGER_LONG_BUFFER_SIZE")),
+                                                 eager_segment::largest_capacity);
     return c;
 }
 
@@ -192,6 +207,10 @@ void mesh_sent(void* ctx, int result) {
 void layer::send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
                  std::uint32_t root, send_completion* done) {
     impl& m = *_impl;
+    if (!broadcast && m.peers[dest].out_ring &&
+        (m.peers[dest].eager_out || !m.eager.current.empty()) &&
+        m.eager_send(dest, buf, size, done))
+        return;
     if (size <= m.cfg.medium_boundary) {
         ++_stats.stream_sends;
         m.stream_send(dest, net::frame_type::standard, broadcast, root,
@@ -311,6 +330,18 @@ bool layer::impl::on_frame(std::uint32_t from, net::frame_type type, std::uint16
             if (d.ok()) on_split_done(from, d.value);
             return true;
         }
+        case net::frame_type::eager_channel: {
+            const auto d = net::decode_eager_channel(payload);
+            if (d.ok()) on_eager_channel(from, d.value);
+            return true;
+        }
+        case net::frame_type::persistent_request: {
+            net::decode_limits lim;
+            lim.num_pes = cfg.num_pes;
+            const auto d = net::decode_persistent_request(payload, lim);
+            if (d.ok()) on_persistent_request(from, d.value);
+            return true;
+        }
         default:
             return false;
     }
@@ -350,6 +381,8 @@ bool layer::take(std::uint32_t pe, net::frame& f) {
             return true;
         case net::frame_type::publish:
         case net::frame_type::get_done:
+        case net::frame_type::eager_channel:
+        case net::frame_type::persistent_request:
             return m.on_frame(pe, h.type, h.flags, h.tag, f.payload_bytes());
         default:
             return false;
@@ -374,6 +407,7 @@ void layer::peer_lost(std::uint32_t pe) {
     if (m.cma) m.cma->peer_lost(pe);
     if (m.verbs) m.verbs->peer_lost(pe);
     m.fail_rendezvous_with(pe);
+    m.eager_peer_lost(pe);
 }
 
 void layer::close() {
@@ -383,6 +417,7 @@ void layer::close() {
     if (m.mesh) m.mesh->set_frame_hook(nullptr);
     m.tasks.request_stop();
     if (m.tasks.live()) m.sched.run_until([&] { return m.tasks.live() == 0; });
+    m.eager_close();
     m.shm_close();
     for (auto& p : m.peers)
         for (auto& h : p.held)

@@ -11,7 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include <coverse/alloc/chunk_owner.hpp>
 #include <coverse/rdma/cma.hpp>
+#include <coverse/rdma/eager.hpp>
 #include <coverse/rdma/layer.hpp>
 #include <coverse/rdma/shm_ring.hpp>
 #include <coverse/rdma/tcp.hpp>
@@ -39,6 +41,54 @@ struct ring_out {
     send_completion* done;
 };
 
+// ---- the receiver's side --------------------------------------------------------------
+
+struct eager_rx final : alloc::chunk_owner {
+    eager_rx(std::uint32_t id, std::uint32_t from, eager_kind kind, eager_segment seg)
+        : id(id), from(from), kind(kind), seg(std::move(seg)) {}
+    std::uint32_t id;
+    std::uint32_t from;  // no_peer until a receiver-initiated channel's sender attached
+    eager_kind kind;
+    eager_segment seg;
+    std::uint16_t next_seq = 0;
+    std::uint64_t delivered = 0;
+    std::uint32_t guess = 0;  // the slot the next message most likely sits in
+    std::uint32_t held = 0;   // slots handed to handlers and not freed yet
+    bool closing = false;     // we asked the sender to stop
+    bool done = false;        // the sender stopped: no more polling; reaped once held == 0
+    std::uint64_t last_use_ns = 0;
+    std::uint32_t handle = 0;  // the sender's persistent handle, if any
+
+    /// A handler freed a slot's message: the slot is free, its credit back with the sender.
+    void take_back(void* storage, std::size_t) noexcept override;
+    const char* name() const noexcept override {
+        return kind == eager_kind::short_slots ? "eager short slot" : "eager long buffer";
+    }
+};
+
+// ---- the sender's side ----------------------------------------------------------------
+
+struct eager_tx {
+    std::uint32_t to;
+    std::uint32_t id;  // the receiver's channel id
+    eager_kind kind;
+    eager_segment seg;
+    std::uint16_t next_seq = 0;
+    std::uint64_t written = 0;
+    std::uint32_t hint = 0;
+
+    bool drained() const noexcept {
+        return seg.header().delivered.load(std::memory_order_acquire) == written;
+    }
+};
+
+struct persistent_out {
+    std::uint32_t dest;
+    std::uint32_t max_bytes;
+    std::unique_ptr<eager_tx> channel;  // null until the receiver opened it (or refused)
+    bool refused = false;
+};
+
 struct peer {
     bool same_host = false;
     // The stream path: a ring when this host's peer mapped it, else the connection.
@@ -60,6 +110,31 @@ struct peer {
     // RNDV_FETCHES: fetches from this peer that run at once; the rest wait their turn, so
     // a window of large messages recycles a few hot buffers instead of touching one each.
     std::unique_ptr<semaphore> fetch_slots;
+    // Eager channels (eager.cpp). Sending: the short channel this peer opened for us, and
+    // the path of our last message to it when that was a channel (the gate: the ring and
+    // other channels wait until the receiver took everything on it).
+    std::unique_ptr<eager_tx> eager_out;
+    eager_tx* gate = nullptr;
+    std::unique_ptr<eager_segment> gate_segment;  // a dropped gate channel, until drained
+    std::uint64_t gate_drain = 0;
+    // Receiving: the short channel we opened for this peer, and the busy-sender window.
+    eager_rx* eager_in = nullptr;
+    bool eager_refused = false;
+    std::uint64_t window_start_ns = 0;
+    std::uint32_t window_count = 0;
+};
+
+/// Every eager channel of this PE (eager.cpp).
+struct eager_state {
+    eager_state();
+    ~eager_state();
+    std::vector<std::unique_ptr<eager_rx>> polled;                 // channels we receive on
+    std::unordered_map<std::uint32_t, persistent_out> persistent;  // our handles, by id
+    std::vector<std::uint32_t> current;  // CmiUsePersistentHandle's handles
+    std::uint32_t next_id = 1, next_handle = 1;
+    std::uint64_t poll_now_ns = 0, next_sweep_ns = 0;
+    std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
+                  bad_footers = 0;
 };
 
 struct rndv_out;
@@ -133,6 +208,28 @@ struct layer::impl {
     std::size_t ring_queued = 0;  // records waiting in any out_queue
     bool shm_wanted = false;
     bool shm_failed = false;
+
+    // ---- eager channels (eager.cpp) ------------------------------------------------------
+    eager_state eager;
+    bool eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
+                    send_completion* done);
+    bool gate_drained(std::uint32_t dest) noexcept;
+    bool may_switch_to(std::uint32_t dest, const eager_tx* path) noexcept;
+    bool eager_poll();
+    bool eager_pending() const noexcept;
+    void eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_footer_error& e);
+    void eager_note_stream_message(std::uint32_t from);
+    eager_rx* eager_create(std::uint32_t from, eager_kind kind, std::uint32_t slots,
+                           std::uint32_t capacity);
+    void eager_announce(eager_rx& c, std::uint32_t handle);
+    eager_rx* eager_find_rx(std::uint32_t from, std::uint32_t id) noexcept;
+    void eager_retire_idle();
+    void on_eager_channel(std::uint32_t from, const net::eager_channel_payload& f);
+    void on_persistent_request(std::uint32_t from, const net::persistent_request_payload& r);
+    void eager_persistent_refused(std::uint32_t handle);
+    void eager_drop_tx(std::uint32_t dest, eager_tx* c);
+    void eager_peer_lost(std::uint32_t pe);
+    void eager_close();
 
     // ---- rendezvous (rendezvous.cpp) --------------------------------------------------------
     void rendezvous_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,

@@ -119,7 +119,7 @@ void layer::impl::ring_send(std::uint32_t dest, net::frame_type type, bool broad
     const auto size = static_cast<std::uint32_t>(bytes.size());
     const std::uint16_t flags =
         shm_flags::with_type(broadcast ? shm_flags::broadcast : 0, static_cast<std::uint8_t>(type));
-    if (p.out_queue.empty() && size <= p.out_ring->max_chunk() &&
+    if (p.out_queue.empty() && size <= p.out_ring->max_chunk() && may_switch_to(dest, nullptr) &&
         p.out_ring->try_write(bytes, size, flags | shm_flags::first, root)) {
         if (p.out_ring->take_sleeper()) p.out_bell->ring();
         done->sent(0);  // in the ring: the buffer may be reused
@@ -146,6 +146,8 @@ bool pump_one(shm_ring& ring, ring_out& m) {
 bool layer::impl::ring_pump(std::uint32_t dest) {
     peer& p = peers[dest];
     bool wrote = false;
+    // Behind messages on an eager channel: wait until the receiver took them (eager.cpp).
+    if (!p.out_queue.empty() && !may_switch_to(dest, nullptr)) return false;
     while (!p.out_queue.empty()) {
         ring_out& m = p.out_queue.front();
         if (!pump_one(*p.out_ring, m)) break;
@@ -162,6 +164,10 @@ bool layer::impl::ring_pump(std::uint32_t dest) {
 
 bool layer::impl::ring_poll() {
     bool did = false;
+    if (!eager.polled.empty()) {
+        eager_retire_idle();
+        did |= eager_poll();
+    }
     if (ring_queued)
         for (std::uint32_t p = 0; p < peers.size(); ++p)
             if (!peers[p].out_queue.empty()) did |= ring_pump(p);
@@ -211,6 +217,7 @@ bool layer::impl::ring_poll() {
             if (in.filled < in.total) continue;
             void* msg = std::exchange(in.assembling, nullptr);
             deliver(p, msg, in.total, (in.flags & shm_flags::broadcast) != 0, in.tag);
+            if (cfg.eager && !in.eager_in) eager_note_stream_message(p);
         }
     }
     return did;
@@ -218,6 +225,7 @@ bool layer::impl::ring_poll() {
 
 bool layer::impl::ring_try_sleep() {
     if (ring_queued) return false;  // still pumping into a full ring: keep polling
+    if (eager_pending()) return false;
     for (std::size_t i = 0; i < peers.size(); ++i) {
         if (!peers[i].in_ring) continue;
         if (!peers[i].in_ring->prepare_sleep()) {
@@ -225,6 +233,12 @@ bool layer::impl::ring_try_sleep() {
                 if (peers[j].in_ring) peers[j].in_ring->cancel_sleep();
             return false;
         }
+    }
+    // An eager writer checks the same ring's sleep flag after its footer (eager_send): the
+    // flag is up and fenced now, so a message written before it is seen here.
+    if (eager_pending()) {
+        ring_wake();
+        return false;
     }
     return true;
 }

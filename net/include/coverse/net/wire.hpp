@@ -112,9 +112,10 @@ enum class frame_type : std::uint8_t {
     rdma_address = 24,     // rdma_address_payload prefix + the provider's address blob
     state_request = 25,    // state_request_payload (launcher -> PE, doctor channel); tag = id
     state_reply = 26,      // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
+    eager_channel = 27,    // eager_channel_payload: an eager channel opens, closes or is refused
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 26;
+inline constexpr std::uint8_t last_frame_type = 27;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
@@ -325,6 +326,28 @@ struct persistent_request_payload {
                            const persistent_request_payload&) = default;
 };
 
+enum class eager_action : std::uint32_t {
+    open = 1,     // receiver -> sender: write into the segment named by (receiver, sender, id)
+    close = 2,    // receiver -> sender: stop writing (an idle channel retires, or a destroy)
+    closed = 3,   // sender -> receiver: no more writes; everything written came before this
+    refuse = 4,   // receiver -> sender: no channel for this persistent request (send as usual)
+    destroy = 5,  // sender -> receiver: the persistent handle is destroyed
+};
+
+/// eager_channel: set-up and tear-down of one eager channel (rdma/eager.hpp). It travels on
+/// the stream path, so it is ordered with the messages around it.
+struct eager_channel_payload {
+    eager_action action = eager_action::open;  // @0  u32
+    std::uint32_t kind = 1;                    // @4  u32: 1 short slots, 2 long buffers
+    std::uint32_t channel = 0;                 // @8  u32: the receiver's channel id (>= 1)
+    std::uint32_t handle = 0;                  // @12 u32: the sender's persistent handle (0: none)
+    std::uint32_t slots = 0;                   // @16 u32: open: 1..1024
+    std::uint32_t capacity = 0;                // @20 u32: open: message bytes per slot, >= 1
+                                               // @24 u64 reserved
+    static constexpr std::size_t wire_size = 32;
+    friend bool operator==(const eager_channel_payload&, const eager_channel_payload&) = default;
+};
+
 enum class disconnect_reason : std::uint32_t { shutdown = 1, error = 2, timeout = 3 };
 
 /// disconnect: the shutdown handshake; the sender has nothing more in flight.
@@ -448,6 +471,10 @@ struct node_table_payload {
                                                     const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<barrier_payload> decode_barrier(std::span<const std::byte> bytes,
                                                       const decode_limits& limits) noexcept;
+[[nodiscard]] std::array<std::byte, eager_channel_payload::wire_size> encode(
+    const eager_channel_payload& p) noexcept;
+[[nodiscard]] decoded<eager_channel_payload> decode_eager_channel(
+    std::span<const std::byte> bytes) noexcept;
 [[nodiscard]] decoded<persistent_request_payload> decode_persistent_request(
     std::span<const std::byte> bytes, const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<disconnect_payload> decode_disconnect(std::span<const std::byte> bytes,

@@ -88,6 +88,16 @@ struct layer_config {
     std::size_t rndv_split = 256u << 10;
     /// RNDV_FETCHES: rendezvous fetched from one peer at once (the rest queue, in order).
     std::size_t rndv_fetches = 2;
+    /// EAGER_PROTOCOL and friends: receivers open short channels to busy same-host senders.
+    bool eager = true;
+    std::uint64_t eager_interval_ns = 10'000'000;
+    std::uint32_t eager_threshold = 1000;
+    std::uint32_t eager_slots = 16;
+    std::uint32_t eager_short_bytes = 16384;
+    std::size_t eager_pollset = 32;
+    /// EAGER_LONG_BUFFERS / EAGER_LONG_BUFFER_SIZE: a persistent handle's channel.
+    std::uint32_t eager_long_buffers = 3;
+    std::uint32_t eager_long_bytes = 1u << 20;
 
     /// Reads every setting above from the registry (rank, num_pes, job_key stay).
     static layer_config from_settings();
@@ -124,6 +134,36 @@ public:
 
     /// A peer died: fail what is in flight with it (the machine core decides what follows).
     void peer_lost(std::uint32_t pe);
+
+    // ---- persistent handles (eager long channels; eager.cpp) -------------------------------
+    /// Asks `dest` for a long channel of `max_bytes` messages; returns the handle at once
+    /// (sends on it go the usual ways until the receiver opened the channel, or for good if
+    /// it refused: no resources, another host, a send to self).
+    std::uint32_t persistent_create(std::uint32_t dest, std::uint32_t max_bytes);
+    /// Receiver-initiated: a long channel any one sender may attach to. {0, 0} when this PE
+    /// has no resources for one.
+    struct persistent_offer {
+        std::uint32_t channel = 0;
+        std::uint32_t capacity = 0;
+    };
+    persistent_offer persistent_create_receiver(std::uint32_t max_bytes);
+    /// The sender's side of a receiver-initiated channel: attaches and returns a handle.
+    std::uint32_t persistent_register_receive(std::uint32_t receiver, std::uint32_t channel,
+                                              std::uint32_t capacity);
+    /// The handles the following sends use (CmiUsePersistentHandle); empty: none.
+    void persistent_use(std::span<const std::uint32_t> handles);
+    void persistent_destroy(std::uint32_t handle);
+    enum class persistent_state { unknown, pending, open, refused };
+    persistent_state persistent_status(std::uint32_t handle) const noexcept;
+
+    struct eager_counters {
+        std::uint64_t sends = 0, receives = 0;
+        std::uint64_t no_credit = 0;    // a channel had no free slot: the stream path took it
+        std::uint64_t order_waits = 0;  // the ring still carried earlier messages
+        std::uint64_t opened = 0, refused = 0, bad_footers = 0;
+        std::size_t polled = 0, writing = 0;  // channels open now, each way
+    };
+    eager_counters eager_stats() const noexcept;
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;

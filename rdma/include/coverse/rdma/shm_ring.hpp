@@ -77,6 +77,10 @@ public:
     /// Copies `chunk` in as one record if it fits now; false when the ring is too full.
     bool try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
                    std::uint32_t tag) noexcept;
+    /// True when the consumer has taken every record written so far.
+    bool consumer_caught_up() const noexcept {
+        return _h->head.load(std::memory_order_acquire) == _h->tail.load(std::memory_order_relaxed);
+    }
     /// True when the consumer said it is going to sleep (and clears that): ring its bell.
     bool take_sleeper() noexcept;
 

@@ -1,0 +1,130 @@
+// Eager channels: a receiver's slots in shared memory that one sender writes messages into
+// directly, so the receiver hands the slot's memory to the handler without a copy or an
+// allocation. A short channel (EAGER_SHORT_SLOTS slots of EAGER_SHORT_MESSAGE_BOUNDARY) is
+// opened by a receiver for a busy sender; a long channel (EAGER_LONG_BUFFERS buffers of
+// EAGER_LONG_BUFFER_SIZE or the requested size) backs a persistent handle.
+//
+// Segment (created by the receiver, mapped by the sender, both sides little-endian):
+//   header   {magic, version, slots, capacity, kind, stride, sender PE}   64 bytes
+//   counters {written: messages the sender wrote; delivered: messages the receiver took},
+//            each on its own cache line
+//   footers  slots x u64, packed (8 per cache line): the receiver polls one line per 8 slots
+//   slots    slots x stride bytes: 32 bytes the receiver turns into the message's alloc
+//            header, then up to `capacity` bytes of message
+//
+// Footer word: bits 0..15 the sentinel, 16..31 the sender's sequence number (mod 2^16),
+// 32..63 the message size. The sender writes the message, then the footer with a release
+// store; the receiver reads the footer with an acquire load, then the message.
+// Sentinels: ready (never written, or reclaimed), data (a message waits), received (a
+// handler holds the slot), free (the handler freed it: the credit is back).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace coverse::rdma {
+
+enum class eager_kind : std::uint32_t { short_slots = 1, long_buffers = 2 };
+
+namespace eager_sentinel {
+inline constexpr std::uint16_t ready = 0xA5E1;
+inline constexpr std::uint16_t data = 0xDA7A;
+inline constexpr std::uint16_t received = 0x2ECD;
+inline constexpr std::uint16_t free = 0xF2EE;
+}  // namespace eager_sentinel
+
+/// A footer, decoded and checked.
+struct eager_footer {
+    std::uint16_t sentinel = eager_sentinel::ready;
+    std::uint16_t seq = 0;
+    std::uint32_t size = 0;
+
+    static constexpr std::uint64_t encode(std::uint16_t sentinel, std::uint16_t seq,
+                                          std::uint32_t size) noexcept {
+        return static_cast<std::uint64_t>(size) << 32 | static_cast<std::uint64_t>(seq) << 16 |
+               sentinel;
+    }
+};
+
+/// Why a footer cannot be trusted (empty: it can).
+struct eager_footer_error {
+    std::string_view what;    // "unknown sentinel", "size beyond the slot"
+    std::uint64_t value = 0;  // the offending value
+    std::uint64_t limit = 0;  // the bound it broke
+    explicit operator bool() const noexcept { return !what.empty(); }
+};
+
+/// Decodes a footer word the peer wrote into a slot of `capacity` bytes. A data footer
+/// must hold 1..capacity bytes; every sentinel must be one of the four.
+[[nodiscard]] eager_footer decode_eager_footer(std::uint64_t word, std::uint32_t capacity,
+                                               eager_footer_error& error) noexcept;
+
+struct eager_segment_header {
+    std::uint32_t magic;
+    std::uint32_t version;
+    std::uint32_t slots;
+    std::uint32_t capacity;             // message bytes per slot
+    std::uint32_t kind;                 // eager_kind
+    std::uint32_t stride;               // bytes from one slot to the next
+    std::atomic<std::uint32_t> sender;  // receiver-initiated long channels: who attached
+    std::atomic<std::uint32_t> attached;
+    std::uint8_t pad[32];
+    alignas(64) std::atomic<std::uint64_t> written;    // messages the sender wrote
+    alignas(64) std::atomic<std::uint64_t> delivered;  // messages the receiver took
+};
+static_assert(sizeof(eager_segment_header) == 192);
+
+/// One mapped channel segment.
+class eager_segment {
+public:
+    static constexpr std::uint32_t magic_value = 0x45414752;  // "EAGR"
+    static constexpr std::uint32_t most_slots = 1024;
+    static constexpr std::uint32_t largest_capacity = 1u << 30;
+    /// Bytes in front of each slot's message: the receiver's alloc header goes there.
+    static constexpr std::size_t slot_header = 32;
+
+    /// Creates and maps `/name` (the receiver). Throws std::system_error naming the object
+    /// and the fix (a small /dev/shm).
+    static eager_segment create(const std::string& name, eager_kind kind, std::uint32_t slots,
+                                std::uint32_t capacity);
+    /// Maps an existing segment (the sender) and checks its header against what the open
+    /// frame said; throws std::runtime_error naming what does not match.
+    static eager_segment open(const std::string& name, std::uint32_t slots, std::uint32_t capacity);
+    eager_segment(eager_segment&& o) noexcept;
+    eager_segment& operator=(eager_segment&& o) noexcept;
+    ~eager_segment();
+
+    void unlink() noexcept;
+    eager_segment_header& header() const noexcept { return *_h; }
+    std::uint32_t slots() const noexcept { return _slots; }
+    std::uint32_t capacity() const noexcept { return _capacity; }
+    std::atomic<std::uint64_t>& footer(std::uint32_t i) const noexcept { return _footers[i]; }
+    /// The slot's storage (its alloc header first); the message starts slot_header later.
+    std::byte* slot(std::uint32_t i) const noexcept {
+        return _slots_base + std::size_t{i} * _stride;
+    }
+    /// The slot that holds `storage` (a pointer slot() returned), or nullopt.
+    std::optional<std::uint32_t> slot_of(const void* storage) const noexcept;
+    std::size_t bytes() const noexcept { return _bytes; }
+    const std::string& name() const noexcept { return _name; }
+
+    /// Bytes a segment of `slots` x `capacity` maps.
+    static std::size_t size_for(std::uint32_t slots, std::uint32_t capacity) noexcept;
+
+private:
+    eager_segment(std::string name, void* base, std::size_t bytes, bool linked) noexcept;
+    std::string _name;
+    eager_segment_header* _h = nullptr;
+    std::atomic<std::uint64_t>* _footers = nullptr;
+    std::byte* _slots_base = nullptr;
+    std::size_t _bytes = 0;
+    std::uint32_t _slots = 0, _capacity = 0, _stride = 0;
+    bool _linked = false;
+};
+
+}  // namespace coverse::rdma

@@ -1,0 +1,590 @@
+// Eager channels on the same-host path (eager.hpp): a receiver's slots in shared memory that
+// one sender writes into, handed to handlers without a copy; short channels for busy senders
+// and long channels behind persistent handles.
+//
+// Stages of a channel: opened by its receiver (a short one when a sender sent EAGER_THRESHOLD
+// messages within EAGER_INTERVAL, a long one for a persistent request or
+// CmiCreateReceiverPersistent) -> mapped by its sender (eager_channel open, on the stream
+// path) -> in use (the sender spends a credit per message: a slot whose footer says ready or
+// free; the receiver's poller takes data slots in sequence order, and the handler's CmiFree
+// writes free) -> closing (an idle short channel: the receiver sends close; a destroyed
+// persistent handle: the sender sends destroy) -> closed (the sender's closed / destroy
+// comes after every slot it wrote, so the receiver stops polling) -> reaped once no handler
+// holds a slot of it.
+//
+// Order per pair: every path a message can take to one peer (the ring, each channel) is
+// ordered in itself. A message may take a different path than the previous one only once
+// the receiver has taken everything sent on that previous path: the ring's consumer has
+// caught up with its producer, or the channel's `delivered` counter reached its `written`
+// one. Until then the message queues behind them (the ring's queue is gated), so the
+// receiver's single poller delivers in send order without sequence numbers across paths.
+#include "layer_impl.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include <coverse/alloc/chunk_owner.hpp>
+#include <coverse/alloc/message.hpp>
+#include <coverse/runtime/trace.hpp>
+
+namespace coverse::rdma {
+
+namespace {
+
+constexpr std::uint32_t unattached = 0xFFFF'FFFFu;  // a receiver-initiated channel's sender
+
+std::uint64_t coarse_now_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+           static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::string segment_name(std::uint64_t key, std::uint32_t receiver, std::uint32_t channel) {
+    char b[80];
+    std::snprintf(b, sizeof b, "/coverse-%016" PRIx64 "-%u-eager-%u", key, receiver, channel);
+    return b;
+}
+
+trace::protocol protocol_of(eager_kind k) noexcept {
+    return k == eager_kind::short_slots ? trace::protocol::eager_short
+                                        : trace::protocol::eager_long;
+}
+
+}  // namespace
+
+void eager_rx::take_back(void* storage, std::size_t) noexcept {
+    const auto i = seg.slot_of(storage);
+    if (!i) return;  // cannot be: place_message got slot() pointers only
+    seg.footer(*i).store(eager_footer::encode(eager_sentinel::free, 0, 0),
+                         std::memory_order_release);
+    --held;
+    if (trace::enabled())
+        trace::emit(trace::kind::credit_returned, from, 1,
+                    trace::credit_protocol(protocol_of(kind)));
+}
+
+eager_state::eager_state() = default;
+eager_state::~eager_state() = default;
+
+// ---- sending --------------------------------------------------------------------------
+
+bool layer::impl::gate_drained(std::uint32_t dest) noexcept {
+    peer& p = peers[dest];
+    if (p.gate) return p.gate->drained();
+    if (p.gate_segment) {
+        if (p.gate_segment->header().delivered.load(std::memory_order_acquire) != p.gate_drain)
+            return false;
+        p.gate_segment.reset();  // a dropped channel, now drained: its mapping can go
+    }
+    return true;
+}
+
+bool layer::impl::may_switch_to(std::uint32_t dest, const eager_tx* path) noexcept {
+    peer& p = peers[dest];
+    if (path && p.gate == path) return true;  // the same channel as the last message
+    if (!gate_drained(dest)) return false;
+    if (!path) {
+        p.gate = nullptr;  // back to the ring: the channel is drained
+        return true;
+    }
+    // From the ring (or a drained channel) to a channel: the ring must be caught up.
+    return p.out_queue.empty() && p.out_ring->consumer_caught_up();
+}
+
+bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
+                             send_completion* done) {
+    peer& p = peers[dest];
+    eager_tx* c = nullptr;
+    for (std::uint32_t h : eager.current) {
+        auto it = eager.persistent.find(h);
+        if (it != eager.persistent.end() && it->second.dest == dest && it->second.channel &&
+            size <= it->second.channel->seg.capacity()) {
+            c = it->second.channel.get();
+            break;
+        }
+    }
+    if (!c && p.eager_out && size <= p.eager_out->seg.capacity()) c = p.eager_out.get();
+    if (!c) return false;
+    if (!may_switch_to(dest, c)) {
+        ++eager.order_waits;
+        return false;  // the ring still carries earlier messages: stay on it
+    }
+    // A credit: a slot the receiver has not handed out or has freed.
+    const std::uint32_t n = c->seg.slots();
+    std::uint32_t slot = n;
+    for (std::uint32_t k = 0; k < n; ++k) {
+        const std::uint32_t i = (c->hint + k) % n;
+        const auto s = static_cast<std::uint16_t>(c->seg.footer(i).load(std::memory_order_acquire));
+        if (s == eager_sentinel::ready || s == eager_sentinel::free) {
+            slot = i;
+            break;
+        }
+    }
+    if (slot == n) {
+        ++eager.no_credit;
+        return false;  // every slot taken: the stream path carries it (after the channel)
+    }
+    std::memcpy(c->seg.slot(slot) + eager_segment::slot_header, buf, size);
+    c->seg.footer(slot).store(eager_footer::encode(eager_sentinel::data, c->next_seq++, size),
+                              std::memory_order_release);
+    c->seg.header().written.store(++c->written, std::memory_order_release);
+    c->hint = (slot + 1) % n;
+    p.gate = c;
+    ++eager.sends;
+    if (trace::enabled())
+        trace::emit(trace::kind::credit_spent, dest, 1,
+                    trace::credit_protocol(protocol_of(c->kind)));
+    if (p.out_ring->take_sleeper()) p.out_bell->ring();
+    done->sent(0);
+    return true;
+}
+
+// ---- receiving ------------------------------------------------------------------------
+
+bool layer::impl::eager_poll() {
+    bool did = false;
+    for (std::size_t k = 0; k < eager.polled.size(); ++k) {
+        eager_rx& c = *eager.polled[k];
+        if (c.done) continue;
+        if (c.from == unattached) {
+            if (!c.seg.header().attached.load(std::memory_order_acquire)) continue;
+            const std::uint32_t s = c.seg.header().sender.load(std::memory_order_relaxed);
+            if (s >= cfg.num_pes || s == cfg.rank || !peers[s].in_ring) {
+                up.on_notice("coverse: PE " + std::to_string(cfg.rank) +
+                             ": a persistent channel was attached by PE " + std::to_string(s) +
+                             ", which cannot write to it; the channel is closed\n");
+                c.done = true;
+                continue;
+            }
+            c.from = s;
+        }
+        const std::uint64_t written = c.seg.header().written.load(std::memory_order_acquire);
+        // A bounded batch per channel, like the rings, so one sender cannot hold the loop.
+        for (int batch = 0; batch < 64 && c.delivered != written; ++batch) {
+            const std::uint32_t n = c.seg.slots();
+            std::uint32_t found = n;
+            eager_footer f;
+            for (std::uint32_t j = 0; j < n; ++j) {
+                const std::uint32_t i = (c.guess + j) % n;
+                eager_footer_error err;
+                f = decode_eager_footer(c.seg.footer(i).load(std::memory_order_acquire),
+                                        c.seg.capacity(), err);
+                if (err) {
+                    eager_bad_footer(c, i, err);
+                    break;
+                }
+                if (f.sentinel == eager_sentinel::data && f.seq == c.next_seq) {
+                    found = i;
+                    break;
+                }
+            }
+            if (c.done) break;
+            if (found == n) {
+                // `written` counts a message whose footer we cannot find: a broken sender.
+                eager_footer_error err{"a message counted but in no slot", written, c.delivered};
+                eager_bad_footer(c, c.guess, err);
+                break;
+            }
+            void* msg = alloc::place_message(c.seg.slot(found), f.size, c, c.seg.name().c_str());
+            c.seg.footer(found).store(eager_footer::encode(eager_sentinel::received, f.seq, f.size),
+                                      std::memory_order_relaxed);
+            ++c.held;
+            ++c.next_seq;
+            c.guess = (found + 1) % n;
+            deliver(c.from, msg, f.size, false, 0);
+            c.seg.header().delivered.store(++c.delivered, std::memory_order_release);
+            ++eager.receives;
+            did = true;
+        }
+        if (did) c.last_use_ns = eager.poll_now_ns;
+    }
+    return did;
+}
+
+void layer::impl::eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_footer_error& e) {
+    up.on_notice("coverse: PE " + std::to_string(cfg.rank) + ": the eager channel from PE " +
+                 std::to_string(c.from) + " holds a bad footer in slot " + std::to_string(slot) +
+                 " (" + std::string(e.what) + ": " + std::to_string(e.value) + ", limit " +
+                 std::to_string(e.limit) + "); that channel is closed and PE " +
+                 std::to_string(c.from) + "'s later messages come by the stream path\n");
+    ++eager.bad_footers;
+    c.done = true;
+    if (c.from != unattached) {
+        net::eager_channel_payload close;
+        close.action = net::eager_action::close;
+        close.kind = static_cast<std::uint32_t>(c.kind);
+        close.channel = c.id;
+        const auto bytes = net::encode(close);
+        (void)stream_control(c.from, net::frame_type::eager_channel, false, 0, bytes);
+    }
+}
+
+bool layer::impl::eager_pending() const noexcept {
+    for (const auto& c : eager.polled)
+        if (!c->done && c->from != unattached &&
+            c->seg.header().written.load(std::memory_order_acquire) != c->delivered)
+            return true;
+    return false;
+}
+
+// Adaptive set-up, at the receiver: a sender busy on the ring gets a short channel.
+void layer::impl::eager_note_stream_message(std::uint32_t from) {
+    peer& p = peers[from];
+    if (!cfg.eager || p.eager_in || p.eager_refused || !p.in_ring || !peers[from].out_ring) return;
+    const std::uint64_t now = coarse_now_ns();
+    if (now - p.window_start_ns > cfg.eager_interval_ns) {
+        p.window_start_ns = now;
+        p.window_count = 0;
+    }
+    if (++p.window_count < cfg.eager_threshold) return;
+    std::size_t shorts = 0;
+    for (const auto& c : eager.polled)
+        shorts += c->kind == eager_kind::short_slots && !c->done;
+    if (shorts >= cfg.eager_pollset) return;
+    p.window_count = 0;
+    eager_rx* c =
+        eager_create(from, eager_kind::short_slots, cfg.eager_slots, cfg.eager_short_bytes);
+    if (!c) {
+        p.eager_refused = true;  // said once; this peer stays on the ring
+        return;
+    }
+    p.eager_in = c;
+    eager_announce(*c, 0);
+}
+
+eager_rx* layer::impl::eager_create(std::uint32_t from, eager_kind kind, std::uint32_t slots,
+                                    std::uint32_t capacity) {
+    const std::uint32_t id = eager.next_id++;
+    try {
+        auto seg =
+            eager_segment::create(segment_name(cfg.job_key, cfg.rank, id), kind, slots, capacity);
+        eager.polled.push_back(std::make_unique<eager_rx>(id, from, kind, std::move(seg)));
+        eager_rx* c = eager.polled.back().get();
+        c->last_use_ns = coarse_now_ns();
+        ++eager.opened;
+        return c;
+    } catch (const std::exception& e) {
+        up.on_notice("coverse: PE " + std::to_string(cfg.rank) + ": " + e.what() +
+                     "; messages go by the stream path\n");
+        return nullptr;
+    }
+}
+
+void layer::impl::eager_announce(eager_rx& c, std::uint32_t handle) {
+    net::eager_channel_payload open;
+    open.action = net::eager_action::open;
+    open.kind = static_cast<std::uint32_t>(c.kind);
+    open.channel = c.id;
+    open.handle = handle;
+    open.slots = c.seg.slots();
+    open.capacity = c.seg.capacity();
+    c.handle = handle;
+    const auto bytes = net::encode(open);
+    if (stream_control(c.from, net::frame_type::eager_channel, false, 0, bytes) < 0) c.done = true;
+}
+
+eager_rx* layer::impl::eager_find_rx(std::uint32_t from, std::uint32_t id) noexcept {
+    for (auto& c : eager.polled)
+        if (c->id == id && c->from == from) return c.get();
+    return nullptr;
+}
+
+// Idle short channels retire so their slots and the poller's time go to busier senders.
+void layer::impl::eager_retire_idle() {
+    eager.poll_now_ns = coarse_now_ns();
+    if (eager.poll_now_ns < eager.next_sweep_ns) return;
+    eager.next_sweep_ns = eager.poll_now_ns + cfg.eager_interval_ns;
+    const std::uint64_t idle_after =
+        std::max<std::uint64_t>(10 * cfg.eager_interval_ns, 100'000'000);
+    for (auto& c : eager.polled) {
+        if (c->kind == eager_kind::short_slots && !c->closing && !c->done &&
+            eager.poll_now_ns - c->last_use_ns > idle_after) {
+            c->closing = true;
+            net::eager_channel_payload close;
+            close.action = net::eager_action::close;
+            close.kind = static_cast<std::uint32_t>(c->kind);
+            close.channel = c->id;
+            const auto bytes = net::encode(close);
+            if (stream_control(c->from, net::frame_type::eager_channel, false, 0, bytes) < 0)
+                c->done = true;
+        }
+    }
+    // Reap channels nobody writes to and no handler holds a slot of.
+    std::erase_if(eager.polled, [&](const std::unique_ptr<eager_rx>& c) {
+        if (!c->done || c->held) return false;
+        if (c->from != unattached && peers[c->from].eager_in == c.get())
+            peers[c->from].eager_in = nullptr;
+        return true;
+    });
+}
+
+// ---- control frames -------------------------------------------------------------------
+
+void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_payload& f) {
+    using net::eager_action;
+    peer& p = peers[from];
+    switch (f.action) {
+        case eager_action::open: {  // we are the sender
+            std::unique_ptr<eager_tx> tx;
+            std::string why;
+            if (!p.out_ring) {
+                why = "no shared-memory ring to that PE";
+            } else {
+                try {
+                    tx.reset(
+                        new eager_tx{from, f.channel, static_cast<eager_kind>(f.kind),
+                                     eager_segment::open(segment_name(cfg.job_key, from, f.channel),
+                                                         f.slots, f.capacity)});
+                } catch (const std::exception& e) {
+                    why = e.what();
+                }
+            }
+            if (!tx) {
+                up.on_notice("coverse: PE " + std::to_string(cfg.rank) +
+                             " cannot use the eager channel PE " + std::to_string(from) +
+                             " opened: " + why + "; sending by the stream path\n");
+                net::eager_channel_payload closed = f;
+                closed.action = eager_action::closed;
+                const auto bytes = net::encode(closed);
+                (void)stream_control(from, net::frame_type::eager_channel, false, 0, bytes);
+                if (f.handle) eager_persistent_refused(f.handle);
+                return;
+            }
+            tx->seg.unlink();  // both sides have it mapped now
+            if (f.kind == static_cast<std::uint32_t>(eager_kind::short_slots)) {
+                if (p.gate == p.eager_out.get()) p.gate = nullptr;  // replaced: drained below
+                p.eager_out = std::move(tx);
+                return;
+            }
+            auto it = eager.persistent.find(f.handle);
+            if (it == eager.persistent.end() || it->second.dest != from) {
+                // Destroyed meanwhile: tell the receiver the channel is not needed.
+                net::eager_channel_payload d = f;
+                d.action = eager_action::destroy;
+                const auto bytes = net::encode(d);
+                (void)stream_control(from, net::frame_type::eager_channel, false, 0, bytes);
+                return;
+            }
+            it->second.channel = std::move(tx);
+            return;
+        }
+        case eager_action::close: {  // we are the sender: stop writing, say so behind the data
+            if (p.eager_out && p.eager_out->id == f.channel) {
+                eager_drop_tx(from, p.eager_out.get());
+                p.eager_out.reset();
+            }
+            for (auto& [h, po] : eager.persistent)
+                if (po.dest == from && po.channel && po.channel->id == f.channel) {
+                    eager_drop_tx(from, po.channel.get());
+                    po.channel.reset();
+                    po.refused = true;
+                }
+            net::eager_channel_payload closed = f;
+            closed.action = eager_action::closed;
+            const auto bytes = net::encode(closed);
+            (void)stream_control(from, net::frame_type::eager_channel, false, 0, bytes);
+            return;
+        }
+        case eager_action::closed:     // we are the receiver: nothing more comes on it
+        case eager_action::destroy: {  // likewise, for a persistent handle
+            eager_rx* c = eager_find_rx(from, f.channel);
+            if (!c && f.action == eager_action::destroy) {
+                // A receiver-initiated channel: its sender named itself in the segment.
+                for (auto& r : eager.polled)
+                    if (r->id == f.channel && r->kind == eager_kind::long_buffers) c = r.get();
+            }
+            if (!c) return;
+            c->done = true;
+            if (p.eager_in == c) {
+                p.eager_in = nullptr;
+                if (f.action == eager_action::closed && !c->closing)
+                    p.eager_refused = true;  // the sender could not map it: do not retry
+            }
+            return;
+        }
+        case eager_action::refuse:
+            eager_persistent_refused(f.handle);
+            return;
+    }
+}
+
+void layer::impl::eager_drop_tx(std::uint32_t dest, eager_tx* c) {
+    // The closed/destroy frame goes out gated behind c's messages; the gate then needs
+    // nothing of c, which is about to go away.
+    peer& p = peers[dest];
+    if (p.gate == c) {
+        p.gate_drain = c->written;
+        p.gate_segment = std::make_unique<eager_segment>(std::move(c->seg));
+        p.gate = nullptr;
+    }
+}
+
+void layer::impl::on_persistent_request(std::uint32_t from,
+                                        const net::persistent_request_payload& r) {
+    peer& p = peers[from];
+    eager_rx* c = nullptr;
+    if (cfg.eager_long_buffers > 0 && p.in_ring && p.out_ring) {
+        const auto cap =
+            static_cast<std::uint32_t>(std::min<std::uint64_t>(r.max_size, cfg.eager_long_bytes));
+        c = eager_create(from, eager_kind::long_buffers, cfg.eager_long_buffers, cap);
+    }
+    if (!c) {
+        ++eager.refused;
+        net::eager_channel_payload no;
+        no.action = net::eager_action::refuse;
+        no.kind = static_cast<std::uint32_t>(eager_kind::long_buffers);
+        no.handle = r.handle;
+        const auto bytes = net::encode(no);
+        (void)stream_control(from, net::frame_type::eager_channel, false, 0, bytes);
+        return;
+    }
+    eager_announce(*c, r.handle);
+}
+
+void layer::impl::eager_persistent_refused(std::uint32_t handle) {
+    auto it = eager.persistent.find(handle);
+    if (it != eager.persistent.end()) it->second.refused = true;
+}
+
+// ---- the layer's persistent API -------------------------------------------------------
+
+std::uint32_t layer::persistent_create(std::uint32_t dest, std::uint32_t max_bytes) {
+    impl& m = *_impl;
+    const std::uint32_t h = m.eager.next_handle++;
+    m.eager.persistent.emplace(h, persistent_out{dest, max_bytes, nullptr, false});
+    if (dest == m.cfg.rank || dest >= m.cfg.num_pes || max_bytes == 0) {
+        m.eager.persistent.at(h).refused = true;  // to self or nowhere: sends go as usual
+        return h;
+    }
+    net::persistent_request_payload r;
+    r.max_size = std::min<std::uint32_t>(max_bytes, net::default_max_payload);
+    r.handle = h;
+    const auto bytes = net::encode(r);
+    if (m.stream_control(dest, net::frame_type::persistent_request, false, 0, bytes) < 0)
+        m.eager.persistent.at(h).refused = true;
+    return h;
+}
+
+layer::persistent_offer layer::persistent_create_receiver(std::uint32_t max_bytes) {
+    impl& m = *_impl;
+    if (m.cfg.eager_long_buffers == 0 || !m.shm_wanted || m.shm_failed || max_bytes == 0) return {};
+    const auto cap = std::min<std::uint32_t>(max_bytes, m.cfg.eager_long_bytes);
+    eager_rx* c =
+        m.eager_create(unattached, eager_kind::long_buffers, m.cfg.eager_long_buffers, cap);
+    if (!c) return {};
+    return {c->id, cap};
+}
+
+std::uint32_t layer::persistent_register_receive(std::uint32_t receiver, std::uint32_t channel,
+                                                 std::uint32_t max_bytes) {
+    impl& m = *_impl;
+    const std::uint32_t h = m.eager.next_handle++;
+    persistent_out po{receiver, max_bytes, nullptr, true};
+    if (channel != 0 && receiver < m.cfg.num_pes && receiver != m.cfg.rank &&
+        m.peers[receiver].out_ring) {
+        try {
+            auto seg = eager_segment::open(segment_name(m.cfg.job_key, receiver, channel),
+                                           m.cfg.eager_long_buffers, max_bytes);
+            seg.header().sender.store(m.cfg.rank, std::memory_order_relaxed);
+            seg.header().attached.store(1, std::memory_order_release);
+            seg.unlink();
+            po.channel.reset(
+                new eager_tx{receiver, channel, eager_kind::long_buffers, std::move(seg)});
+            po.refused = false;
+        } catch (const std::exception& e) {
+            m.up.on_notice("coverse: PE " + std::to_string(m.cfg.rank) +
+                           " cannot attach the persistent channel of PE " +
+                           std::to_string(receiver) + ": " + e.what() +
+                           "; sends on the handle go by the usual paths\n");
+        }
+    }
+    m.eager.persistent.emplace(h, std::move(po));
+    return h;
+}
+
+void layer::persistent_use(std::span<const std::uint32_t> handles) {
+    _impl->eager.current.assign(handles.begin(), handles.end());
+}
+
+void layer::persistent_destroy(std::uint32_t handle) {
+    impl& m = *_impl;
+    auto it = m.eager.persistent.find(handle);
+    if (it == m.eager.persistent.end()) return;
+    std::erase(m.eager.current, handle);
+    if (it->second.channel) {
+        const std::uint32_t dest = it->second.dest;
+        net::eager_channel_payload d;
+        d.action = net::eager_action::destroy;
+        d.kind = static_cast<std::uint32_t>(eager_kind::long_buffers);
+        d.channel = it->second.channel->id;
+        d.handle = handle;
+        m.eager_drop_tx(dest, it->second.channel.get());
+        const auto bytes = net::encode(d);
+        (void)m.stream_control(dest, net::frame_type::eager_channel, false, 0, bytes);
+    }
+    m.eager.persistent.erase(it);
+}
+
+layer::persistent_state layer::persistent_status(std::uint32_t handle) const noexcept {
+    const impl& m = *_impl;
+    auto it = m.eager.persistent.find(handle);
+    if (it == m.eager.persistent.end()) return persistent_state::unknown;
+    if (it->second.channel) return persistent_state::open;
+    return it->second.refused ? persistent_state::refused : persistent_state::pending;
+}
+
+layer::eager_counters layer::eager_stats() const noexcept {
+    const impl& m = *_impl;
+    eager_counters c;
+    c.sends = m.eager.sends;
+    c.receives = m.eager.receives;
+    c.no_credit = m.eager.no_credit;
+    c.order_waits = m.eager.order_waits;
+    c.opened = m.eager.opened;
+    c.refused = m.eager.refused;
+    c.bad_footers = m.eager.bad_footers;
+    for (const auto& r : m.eager.polled)
+        if (!r->done) ++c.polled;
+    for (const auto& p : m.peers)
+        if (p.eager_out) ++c.writing;
+    return c;
+}
+
+void layer::impl::eager_peer_lost(std::uint32_t pe) {
+    peer& p = peers[pe];
+    if (p.gate && p.gate->to == pe) p.gate = nullptr;
+    p.gate_segment.reset();
+    p.eager_out.reset();
+    for (auto& [h, po] : eager.persistent)
+        if (po.dest == pe) {
+            po.channel.reset();
+            po.refused = true;
+        }
+    // What it wrote before it died is still delivered; then its channels stop. Slots that
+    // handlers hold stay valid: the segments are ours.
+    for (auto& c : eager.polled)
+        if (c->from == pe) c->closing = true;
+}
+
+void layer::impl::eager_close() {
+    for (auto& p : peers) {
+        p.gate = nullptr;
+        p.gate_segment.reset();
+        p.eager_out.reset();
+    }
+    eager.persistent.clear();
+    // A channel whose slots a handler still holds must outlive those messages (the owner
+    // outlives what it owns): it stays mapped until the process ends.
+    for (auto& c : eager.polled) {
+        c->seg.unlink();
+        if (c->held) static_cast<void>(c.release());
+    }
+    eager.polled.clear();
+}
+
+}  // namespace coverse::rdma
