@@ -77,7 +77,9 @@ bool layer::impl::gate_drained(std::uint32_t dest) noexcept {
     peer& p = peers[dest];
     if (p.gate) return p.gate->drained();
     if (p.gate_segment) {
-        if (p.gate_segment->header().delivered.load(std::memory_order_acquire) != p.gate_drain)
+        const auto& h = p.gate_segment->header();
+        if (h.delivered.load(std::memory_order_acquire) != p.gate_drain &&
+            h.receiver_stopped.load(std::memory_order_acquire) == 0)
             return false;
         p.gate_segment.reset();  // a dropped channel, now drained: its mapping can go
     }
@@ -86,7 +88,8 @@ bool layer::impl::gate_drained(std::uint32_t dest) noexcept {
 
 bool layer::impl::may_switch_to(std::uint32_t dest, const eager_tx* path) noexcept {
     peer& p = peers[dest];
-    if (path && p.gate == path) return true;  // the same channel as the last message
+    // The same channel as the last message, with nothing queued for the ring behind it.
+    if (path && p.gate == path) return p.out_queue.empty();
     if (!gate_drained(dest)) return false;
     if (!path) {
         p.gate = nullptr;  // back to the ring: the channel is drained
@@ -214,6 +217,7 @@ void layer::impl::eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_
                  std::to_string(c.from) + "'s later messages come by the stream path\n");
     ++eager.bad_footers;
     c.done = true;
+    c.seg.header().receiver_stopped.store(1, std::memory_order_release);
     if (c.from != unattached) {
         net::eager_channel_payload close;
         close.action = net::eager_action::close;
@@ -553,6 +557,16 @@ layer::eager_counters layer::eager_stats() const noexcept {
     for (const auto& p : m.peers)
         if (p.eager_out) ++c.writing;
     return c;
+}
+
+void layer::inject_bad_eager_footer(std::uint32_t dest) {
+    impl& m = *_impl;
+    eager_tx* c = dest < m.peers.size() ? m.peers[dest].eager_out.get() : nullptr;
+    if (!c) return;
+    c->seg.footer(c->hint).store(eager_footer::encode(0x0BAD, c->next_seq++, 8),
+                                 std::memory_order_release);
+    c->seg.header().written.store(++c->written, std::memory_order_release);
+    m.peers[dest].gate = c;
 }
 
 void layer::impl::eager_peer_lost(std::uint32_t pe) {

@@ -147,6 +147,7 @@ eager_segment eager_segment::create(const std::string& name, eager_kind kind, st
     h->stride = stride_for(capacity);
     h->sender.store(0, std::memory_order_relaxed);
     h->attached.store(0, std::memory_order_relaxed);
+    h->receiver_stopped.store(0, std::memory_order_relaxed);
     h->written.store(0, std::memory_order_relaxed);
     h->delivered.store(0, std::memory_order_relaxed);
     eager_segment s(name, p, bytes, true);

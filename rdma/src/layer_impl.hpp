@@ -78,7 +78,8 @@ struct eager_tx {
     std::uint32_t hint = 0;
 
     bool drained() const noexcept {
-        return seg.header().delivered.load(std::memory_order_acquire) == written;
+        return seg.header().delivered.load(std::memory_order_acquire) == written ||
+               seg.header().receiver_stopped.load(std::memory_order_acquire) != 0;
     }
 };
 

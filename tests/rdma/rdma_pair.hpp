@@ -59,6 +59,7 @@ public:
     std::vector<std::string> notices;
     std::vector<std::uint32_t> failed_peers;
     std::uint32_t rank = 0;
+    std::uint64_t job_key = 0;
     bool _down = false;
 
     explicit node(scheduler_options o) : sched(o) {}
@@ -154,6 +155,7 @@ inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key
     so.spin = std::chrono::microseconds(50);
     node n(so);
     n.rank = rank;
+    n.job_key = key;
     std::string why;
     n.backend = net::make_backend(n.sched, net::backend_kind::io_uring, &why);
     if (!n.backend) {

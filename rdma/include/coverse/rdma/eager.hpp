@@ -73,7 +73,10 @@ struct eager_segment_header {
     std::uint32_t stride;               // bytes from one slot to the next
     std::atomic<std::uint32_t> sender;  // receiver-initiated long channels: who attached
     std::atomic<std::uint32_t> attached;
-    std::uint8_t pad[32];
+    /// The receiver stopped reading (a bad footer): nothing more it holds will be taken, so
+    /// the sender's order gate on this channel is open.
+    std::atomic<std::uint32_t> receiver_stopped;
+    std::uint8_t pad[28];
     alignas(64) std::atomic<std::uint64_t> written;    // messages the sender wrote
     alignas(64) std::atomic<std::uint64_t> delivered;  // messages the receiver took
 };

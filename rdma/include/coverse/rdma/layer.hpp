@@ -164,6 +164,9 @@ public:
         std::size_t polled = 0, writing = 0;  // channels open now, each way
     };
     eager_counters eager_stats() const noexcept;
+    /// Fault injection for tests: writes a footer no correct sender writes (an unknown
+    /// sentinel) into the next slot of our short channel to `dest`, as a broken peer would.
+    void inject_bad_eager_footer(std::uint32_t dest);
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;

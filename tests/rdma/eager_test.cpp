@@ -1,0 +1,454 @@
+// Eager channels (rdma/eager.hpp) between two real processes: messages in slots arrive whole
+// and in send order among ring and rendezvous messages, with 1 and 16 credits; handlers that
+// free out of order or keep slot messages (the sender falls back, nothing lost); eager off;
+// a peer on another host (no channel); persistent handles created, used, destroyed, refused
+// by a receiver without resources, and receiver-initiated; a peer that writes a bad footer
+// (its channel closes, a notice names it, later messages still arrive); a peer that dies
+// while the receiver holds its slots. The footer and eager_channel decoders are fuzzed.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <coverse/alloc/message.hpp>
+#include <coverse/net/wire.hpp>
+#include <coverse/rdma/eager.hpp>
+
+#include "rdma_pair.hpp"
+
+namespace coverse::rdma::test {
+namespace {
+
+// ---- decoders -------------------------------------------------------------------------
+
+TEST(eager_footer, every_sentinel_decodes_and_data_sizes_are_bounded_by_the_slot) {
+    eager_footer_error e;
+    auto f = decode_eager_footer(eager_footer::encode(eager_sentinel::data, 7, 100), 100, e);
+    EXPECT_FALSE(e);
+    EXPECT_EQ(f.seq, 7);
+    EXPECT_EQ(f.size, 100u);
+    (void)decode_eager_footer(eager_footer::encode(eager_sentinel::data, 7, 101), 100, e);
+    EXPECT_TRUE(e);
+    EXPECT_EQ(e.what, "a size beyond the slot");
+    EXPECT_EQ(e.value, 101u);
+    (void)decode_eager_footer(eager_footer::encode(eager_sentinel::data, 0, 0), 100, e);
+    EXPECT_TRUE(e);
+    for (std::uint16_t s :
+         {eager_sentinel::ready, eager_sentinel::received, eager_sentinel::free}) {
+        (void)decode_eager_footer(eager_footer::encode(s, 3, 0xFFFF'FFFF), 100, e);
+        EXPECT_FALSE(e) << s;  // only data footers carry a size
+    }
+    (void)decode_eager_footer(eager_footer::encode(0x1234, 0, 8), 100, e);
+    EXPECT_TRUE(e);
+    EXPECT_EQ(e.what, "an unknown sentinel");
+    EXPECT_EQ(e.value, 0x1234u);
+}
+
+TEST(eager_footer, fuzzed_words_are_either_valid_or_an_error_never_both) {
+    std::mt19937_64 rng(11);
+    const std::uint16_t known[] = {eager_sentinel::ready, eager_sentinel::data,
+                                   eager_sentinel::received, eager_sentinel::free};
+    std::size_t errors = 0;
+    for (int i = 0; i < 200000; ++i) {
+        std::uint64_t w = rng();
+        if (i % 2) w = (w & ~0xFFFFull) | known[rng() % 4];  // half with a known sentinel
+        const std::uint32_t cap = 1 + static_cast<std::uint32_t>(rng() % (1u << 20));
+        eager_footer_error e;
+        const auto f = decode_eager_footer(w, cap, e);
+        const bool valid_sentinel = std::find(std::begin(known), std::end(known),
+                                              static_cast<std::uint16_t>(w)) != std::end(known);
+        const bool data_ok = f.sentinel != eager_sentinel::data || (f.size >= 1 && f.size <= cap);
+        ASSERT_EQ(static_cast<bool>(e), !(valid_sentinel && data_ok)) << std::hex << w;
+        errors += static_cast<bool>(e);
+    }
+    EXPECT_GT(errors, 0u);
+}
+
+TEST(eager_channel_frame, round_trips_and_rejects_bad_fields_fuzzed) {
+    net::eager_channel_payload p;
+    p.action = net::eager_action::open;
+    p.kind = 2;
+    p.channel = 9;
+    p.handle = 4;
+    p.slots = 3;
+    p.capacity = 65536;
+    const auto bytes = net::encode(p);
+    const auto d = net::decode_eager_channel(bytes);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d.value, p);
+    std::mt19937 rng(5);
+    std::size_t rejected = 0;
+    for (int i = 0; i < 100000; ++i) {
+        auto b = bytes;
+        b[rng() % b.size()] = static_cast<std::byte>(rng());
+        const auto r = net::decode_eager_channel(std::span<const std::byte>(b.data(), b.size()));
+        if (!r.ok()) {
+            ++rejected;
+            continue;
+        }
+        EXPECT_GE(static_cast<std::uint32_t>(r.value.action), 1u);
+        EXPECT_LE(static_cast<std::uint32_t>(r.value.action), 5u);
+        EXPECT_TRUE(r.value.kind == 1 || r.value.kind == 2);
+    }
+    EXPECT_GT(rejected, 0u);
+    EXPECT_FALSE(net::decode_eager_channel(std::span<const std::byte>(bytes.data(), 31)).ok());
+}
+
+TEST(eager_segment_map, a_segment_of_another_shape_is_refused_by_name) {
+    const std::string name = "/coverse-eager-test-" + std::to_string(::getpid());
+    auto s = eager_segment::create(name, eager_kind::short_slots, 4, 1024);
+    EXPECT_THROW(eager_segment::open(name, 4, 2048), std::runtime_error);
+    auto o = eager_segment::open(name, 4, 1024);
+    EXPECT_EQ(o.slots(), 4u);
+    EXPECT_EQ(o.slot_of(o.slot(3)), std::optional<std::uint32_t>(3));
+    EXPECT_EQ(o.slot_of(o.slot(3) + 1), std::nullopt);
+}
+
+// ---- between two processes ------------------------------------------------------------
+
+struct variant {
+    std::uint32_t slots;
+    provider_kind provider;
+};
+
+std::string name_of(const testing::TestParamInfo<variant>& i) {
+    return "slots_" + std::to_string(i.param.slots) + "_" +
+           std::string(to_string(i.param.provider));
+}
+
+class eager : public testing::TestWithParam<variant> {
+protected:
+    void SetUp() override {
+        _opt.cfg.forced = GetParam().provider;
+        _opt.cfg.eager = true;
+        _opt.cfg.eager_threshold = 1;
+        _opt.cfg.eager_slots = GetParam().slots;
+        _opt.cfg.eager_short_bytes = 16384;
+        _opt.cfg.medium_boundary = 16384;
+    }
+    pair_options _opt;
+};
+
+// Sends sizes[k] with seed k, pausing every few messages so the receiver catches up and the
+// sender may use its channel; waits for every completion.
+int send_paced(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes) {
+    std::vector<recorded_send> done(sizes.size());
+    std::vector<void*> bufs;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+        void* m = alloc::msg_alloc(sizes[k]);
+        if (!m) return 10;
+        fill(m, sizes[k], k);
+        bufs.push_back(m);
+        n.rdma->send(to, static_cast<const std::byte*>(m), static_cast<std::uint32_t>(sizes[k]),
+                     false, 0, &done[k]);
+        if (k % 4 == 3) n.wait_for([] { return false; }, 1ms);
+    }
+    if (!n.wait_for([&] {
+            for (auto& d : done)
+                if (d.calls == 0) return false;
+            return true;
+        }))
+        return 11;
+    for (auto& d : done)
+        if (d.calls != 1 || d.result != 0) return 12;
+    for (void* m : bufs)
+        alloc::msg_free(m);
+    return 0;
+}
+
+// Takes `count` messages as they come, checks each against sizes[k] and seed k, and frees
+// them `batch` at a time in reverse order (batch 1: at once). Returns 0 or the failing check.
+int receive_checked(node& n, const std::vector<std::size_t>& sizes, std::size_t batch) {
+    std::vector<void*> held;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+        if (!n.wait_messages(1, 60s)) {
+            std::fprintf(stderr, "PE %u: message %zu never came\n", n.rank, k);
+            return 20;
+        }
+        const arrived a = n.inbox.front();
+        n.inbox.pop_front();
+        if (a.size != sizes[k] || !check(a.msg, a.size, k)) {
+            std::fprintf(stderr, "PE %u: message %zu (%zu bytes) came as %u bytes or wrong\n",
+                         n.rank, k, sizes[k], a.size);
+            alloc::msg_free(a.msg);
+            return 21;
+        }
+        held.push_back(a.msg);
+        if (held.size() == batch || k + 1 == sizes.size()) {
+            for (auto it = held.rbegin(); it != held.rend(); ++it)
+                alloc::msg_free(*it);
+            held.clear();
+        }
+    }
+    return n.lost.empty() ? 0 : 22;
+}
+
+std::vector<std::size_t> mixed_sizes(std::size_t n) {
+    // Eager-sized (8 B .. the slot), ring-only (over the slot, up to MEDIUM), rendezvous.
+    const std::size_t cycle[] = {8, 1024, 16384, 16385, 8, 100 << 10, 64, 4000};
+    std::vector<std::size_t> v;
+    for (std::size_t k = 0; k < n; ++k)
+        v.push_back(cycle[k % std::size(cycle)] == 16385 ? 16384 + 1 : cycle[k % std::size(cycle)]);
+    return v;
+}
+
+TEST_P(eager, messages_arrive_whole_and_in_order_across_slots_ring_and_rendezvous) {
+    const auto sizes = mixed_sizes(800);
+    const auto r = run_pair(
+        _opt, [&](node& n, const std::function<void()>&) { return send_paced(n, 1, sizes); },
+        [&](node& n, const std::function<void()>&) {
+            const int rc = receive_checked(n, sizes, 1);
+            if (rc) return rc;
+            // The channel really carried messages (not only the ring).
+            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+TEST_P(eager, handlers_that_free_out_of_order_lose_nothing) {
+    std::vector<std::size_t> sizes(600, 256);
+    const auto r = run_pair(
+        _opt, [&](node& n, const std::function<void()>&) { return send_paced(n, 1, sizes); },
+        [&](node& n, const std::function<void()>&) {
+            const int rc = receive_checked(n, sizes, 5);
+            if (rc) return rc;
+            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+TEST_P(eager, a_handler_that_keeps_slot_messages_makes_the_sender_fall_back) {
+    std::vector<std::size_t> sizes(300, 512);
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            const int rc = send_paced(n, 1, sizes);
+            if (rc) return rc;
+            // Every credit was taken at some point: the stream path carried the rest.
+            return n.rdma->eager_stats().no_credit > 0 ? 0 : 13;
+        },
+        [&](node& n, const std::function<void()>&) {
+            // Keep everything until the last one arrived: the slots stay taken.
+            if (!n.wait_messages(sizes.size(), 60s)) return 20;
+            std::size_t k = 0;
+            for (auto& a : n.inbox)
+                if (a.size != sizes[k] || !check(a.msg, a.size, k++)) return 21;
+            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+TEST_P(eager, with_eager_off_no_channel_opens_and_everything_arrives) {
+    _opt.cfg.eager = false;
+    const auto sizes = mixed_sizes(200);
+    const auto r = run_pair(
+        _opt, [&](node& n, const std::function<void()>&) { return send_paced(n, 1, sizes); },
+        [&](node& n, const std::function<void()>&) {
+            const int rc = receive_checked(n, sizes, 1);
+            if (rc) return rc;
+            return n.rdma->eager_stats().opened == 0 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+TEST_P(eager, a_persistent_handle_carries_halos_and_is_destroyed) {
+    std::vector<std::size_t> sizes(200, 64 << 10);
+    sizes.push_back(8);  // after destroy: the usual path
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            const auto h = n.rdma->persistent_create(1, 64 << 10);
+            if (!n.wait_for([&] {
+                    return n.rdma->persistent_status(h) != layer::persistent_state::pending;
+                }))
+                return 13;
+            if (n.rdma->persistent_status(h) != layer::persistent_state::open) return 14;
+            const std::uint32_t use[] = {h};
+            n.rdma->persistent_use(use);
+            std::vector<std::size_t> halos(sizes.begin(), sizes.end() - 1);
+            if (const int rc = send_paced(n, 1, halos)) return rc;
+            n.rdma->persistent_destroy(h);
+            recorded_send last;
+            void* m = alloc::msg_alloc(8);
+            fill(m, 8, sizes.size() - 1);
+            n.rdma->send(1, static_cast<const std::byte*>(m), 8, false, 0, &last);
+            if (!n.wait_for([&] { return last.calls == 1; })) return 15;
+            alloc::msg_free(m);
+            return n.rdma->eager_stats().sends > 0 ? 0 : 16;
+        },
+        [&](node& n, const std::function<void()>&) {
+            const int rc = receive_checked(n, sizes, 1);
+            if (rc) return rc;
+            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+TEST_P(eager, a_receiver_without_resources_refuses_and_sends_fall_back) {
+    std::vector<std::size_t> sizes(50, 32 << 10);
+    auto opt = _opt;
+    opt.cfg.eager_long_buffers = 0;  // both PEs: no long buffers to give
+    const auto r = run_pair(
+        opt,
+        [&](node& n, const std::function<void()>&) {
+            const auto h = n.rdma->persistent_create(1, 32 << 10);
+            if (!n.wait_for([&] {
+                    return n.rdma->persistent_status(h) != layer::persistent_state::pending;
+                }))
+                return 13;
+            if (n.rdma->persistent_status(h) != layer::persistent_state::refused) return 14;
+            const std::uint32_t use[] = {h};
+            n.rdma->persistent_use(use);
+            return send_paced(n, 1, sizes);
+        },
+        [&](node& n, const std::function<void()>&) {
+            const int rc = receive_checked(n, sizes, 1);
+            if (rc) return rc;
+            return n.rdma->eager_stats().refused == 1 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+TEST_P(eager, a_receiver_initiated_persistent_channel_carries_messages) {
+    std::vector<std::size_t> sizes(100, 48 << 10);
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            // The offer comes from PE 1 as plain data in a message, as a program would send it.
+            if (!n.wait_messages(1)) return 13;
+            const arrived a = n.inbox.front();
+            n.inbox.pop_front();
+            layer::persistent_offer o;
+            std::memcpy(&o, a.msg, sizeof o);
+            alloc::msg_free(a.msg);
+            if (o.channel == 0) return 14;
+            const auto h = n.rdma->persistent_register_receive(1, o.channel, o.capacity);
+            if (n.rdma->persistent_status(h) != layer::persistent_state::open) return 15;
+            const std::uint32_t use[] = {h};
+            n.rdma->persistent_use(use);
+            if (const int rc = send_paced(n, 1, sizes)) return rc;
+            n.rdma->persistent_destroy(h);
+            return 0;
+        },
+        [&](node& n, const std::function<void()>&) {
+            const auto o = n.rdma->persistent_create_receiver(48 << 10);
+            if (o.channel == 0) return 24;
+            recorded_send s;
+            n.rdma->send(0, reinterpret_cast<const std::byte*>(&o), sizeof o, false, 0, &s);
+            if (!n.wait_for([&] { return s.calls == 1; })) return 25;
+            const int rc = receive_checked(n, sizes, 1);
+            if (rc) return rc;
+            const auto st = n.rdma->eager_stats();
+            if (st.receives > 0) return 0;  // a full channel sends the rest by rendezvous
+            std::fprintf(stderr, "PE 1: %llu of %zu came by the channel\n",
+                         static_cast<unsigned long long>(st.receives), sizes.size());
+            return 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+TEST_P(eager, a_bad_footer_closes_that_channel_with_a_notice_naming_the_peer) {
+    const std::vector<std::size_t> first(40, 64);
+    const std::vector<std::size_t> later(40, 128);
+    std::vector<std::size_t> all = first;
+    all.insert(all.end(), later.begin(), later.end());
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = send_paced(n, 1, first)) return rc;
+            if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 1; })) return 13;
+            n.rdma->inject_bad_eager_footer(1);  // as a broken peer would
+            // The receiver closes the channel; what follows goes by the ring, in order.
+            if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 0; })) return 14;
+            std::vector<recorded_send> done(later.size());
+            std::vector<void*> bufs;
+            for (std::size_t k = 0; k < later.size(); ++k) {
+                void* m = alloc::msg_alloc(later[k]);
+                fill(m, later[k], first.size() + k);
+                bufs.push_back(m);
+                n.rdma->send(1, static_cast<const std::byte*>(m),
+                             static_cast<std::uint32_t>(later[k]), false, 0, &done[k]);
+            }
+            if (!n.wait_for([&] {
+                    for (auto& d : done)
+                        if (d.calls == 0) return false;
+                    return true;
+                }))
+                return 15;
+            for (void* m : bufs)
+                alloc::msg_free(m);
+            return 0;
+        },
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = receive_checked(n, all, 1)) return rc;
+            for (const auto& t : n.notices)
+                if (t.find("bad footer") != std::string::npos &&
+                    t.find("from PE 0") != std::string::npos &&
+                    t.find("unknown sentinel") != std::string::npos)
+                    return n.rdma->eager_stats().bad_footers == 1 ? 0 : 24;
+            return 25;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+TEST_P(eager, slots_a_handler_holds_stay_valid_after_their_sender_died) {
+    std::vector<std::size_t> sizes(64, 1000);
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = send_paced(n, 1, sizes)) return rc;
+            n.wait_for([] { return false; }, 100ms);
+            std::_Exit(0);  // dies without a goodbye, its messages still held over there
+        },
+        [&](node& n, const std::function<void()>&) {
+            if (!n.wait_messages(sizes.size(), 60s)) return 20;
+            if (!n.wait_for([&] { return !n.failed_peers.empty(); }, 60s)) return 21;
+            std::size_t k = 0;
+            for (auto& a : n.inbox)
+                if (a.size != sizes[k] || !check(a.msg, a.size, k++)) return 22;
+            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(credits, eager,
+                         testing::Values(variant{1, provider_kind::cma},
+                                         variant{16, provider_kind::cma},
+                                         variant{16, provider_kind::tcp}),
+                         name_of);
+
+// A peer on another host has no ring, so no channel: everything goes by the connection.
+TEST(eager_remote, a_peer_on_another_host_gets_no_channel_and_loses_nothing) {
+    pair_options opt;
+    opt.same_host = false;
+    opt.cfg.forced = provider_kind::tcp;
+    opt.cfg.eager = true;
+    opt.cfg.eager_threshold = 1;
+    const auto sizes = mixed_sizes(200);
+    const auto r = run_pair(
+        opt, [&](node& n, const std::function<void()>&) { return send_paced(n, 1, sizes); },
+        [&](node& n, const std::function<void()>&) {
+            const int rc = receive_checked(n, sizes, 1);
+            if (rc) return rc;
+            return n.rdma->eager_stats().opened == 0 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+}  // namespace
+}  // namespace coverse::rdma::test
