@@ -103,6 +103,8 @@ void pe_core::slot_sent(std::uint32_t s) {
         alloc::msg_free(slot.free_when_done);
         slot.free_when_done = nullptr;
     }
+    _held_bytes -= slot.held;
+    slot.held = 0;
     if (!slot.user_owned || slot.released) free_slot(s);
     _send_waiters.notify_all();
 }

@@ -125,6 +125,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     _small_boundary = _layer_cfg.small_boundary;
     _medium_boundary = _layer_cfg.medium_boundary;
     const std::size_t max_handles = std::max<std::size_t>(1, settings::count("MAXIMUM_HANDLES"));
+    _held_limit = std::max<std::size_t>(1, settings::count("SEND_QUEUE_BYTES"));
     _slots.resize(max_handles);
     _free_slots.reserve(max_handles);
     for (std::size_t i = max_handles; i-- > 0;)

@@ -233,6 +233,7 @@ private:
         bool traced_first = false;  // the handle's own trace id went to its first frame
         std::uint8_t protocol = 0;  // send_protocol, for the hang report
         std::uint32_t dest = 0;     // its (last) destination, for the hang report
+        std::uint32_t held = 0;     // bytes of a copy or taken buffer it holds (SEND_QUEUE_BYTES)
     };
     struct reduction {
         bool local_in = false;
@@ -371,6 +372,11 @@ private:
     std::vector<handle_slot> _slots;
     std::vector<std::uint32_t> _free_slots;
     std::uint64_t _sends_in_flight = 0;
+    /// Bytes of copies and taken buffers that sends still hold, and SEND_QUEUE_BYTES: past it
+    /// a new send waits (nested progress) until earlier ones have gone.
+    std::uint64_t _held_bytes = 0;
+    std::uint64_t _held_limit = 4u << 20;
+    std::uint64_t _send_queue_waits = 0;
     wait_list _slot_waiters;
     wait_list _send_waiters;  // woken whenever a send completes
     std::vector<std::uint64_t> _send_seq;

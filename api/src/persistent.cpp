@@ -42,11 +42,11 @@ void CmiPersistentInit(void) {}
 PersistentHandle CmiCreatePersistent(int destPE, int maxBytes) {
     pe_core& c = persistent_core("CmiCreatePersistent");
     if (destPE < 0 || static_cast<std::uint32_t>(destPE) >= c.num_pes())
-        c.fatal("CmiCreatePersistent: PE " + std::to_string(destPE) + " is not in this job (" +
-                std::to_string(c.num_pes()) + " PEs)");
+        c.abort_job("CmiCreatePersistent: PE " + std::to_string(destPE) + " is not in this job (" +
+                    std::to_string(c.num_pes()) + " PEs)");
     if (maxBytes <= 0)
-        c.fatal("CmiCreatePersistent: maxBytes is " + std::to_string(maxBytes) +
-                "; it must be at least 1");
+        c.abort_job("CmiCreatePersistent: maxBytes is " + std::to_string(maxBytes) +
+                    "; it must be at least 1");
     auto* l = c.rdma_layer();
     const std::uint32_t id = l ? l->persistent_create(static_cast<std::uint32_t>(destPE),
                                                       static_cast<std::uint32_t>(maxBytes))
@@ -75,7 +75,7 @@ PersistentReq CmiCreateReceiverPersistent(int maxBytes) {
 PersistentHandle CmiRegisterReceivePersistent(PersistentReq req) {
     pe_core& c = persistent_core("CmiRegisterReceivePersistent");
     if (req.pe < 0 || static_cast<std::uint32_t>(req.pe) >= c.num_pes())
-        c.fatal(
+        c.abort_job(
             "CmiRegisterReceivePersistent: the request names PE " + std::to_string(req.pe) +
             ", which is not in this job (was it copied whole from CmiCreateReceiverPersistent?)");
     auto* l = c.rdma_layer();

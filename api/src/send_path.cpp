@@ -164,6 +164,15 @@ pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const
     const bool sync_wait = own == ownership::copy && usize > _medium_boundary && _num_pes > 1;
     if (sync_wait) own = ownership::borrow;
     void* buf = msg;
+    if (own != ownership::borrow && _held_bytes + usize > _held_limit && _sends_in_flight > 0) {
+        // Back-pressure: the peers take less than we send. Wait for earlier sends to go
+        // (protocol tasks run, handlers do not) instead of queueing without bound.
+        const wait_scope w({wait_kind::socket_drain, no_peer, _held_bytes,
+                            "SEND_QUEUE_BYTES of sends still queued"});
+        ++_send_queue_waits;
+        _sched->run_until(
+            [&] { return _held_bytes + usize <= _held_limit || _sends_in_flight == 0; });
+    }
     if (own == ownership::copy) {
         buf = alloc::msg_alloc(usize);
         if (!buf)
@@ -175,7 +184,11 @@ pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const
     _slots[s].protocol = static_cast<std::uint8_t>(protocol_of(usize));
     ++_sends_in_flight;
     _slots[s].pending = 1;  // held until every frame is started
-    if (own != ownership::borrow) _slots[s].free_when_done = buf;
+    if (own != ownership::borrow) {
+        _slots[s].free_when_done = buf;
+        _slots[s].held = usize;
+        _held_bytes += usize;
+    }
     return open_send{buf, s, usize, own == ownership::borrow && !sync_wait, sync_wait};
 }
 

@@ -128,6 +128,15 @@ constexpr setting_info registry[] = {
         .minimum = 1,
     },
     {
+        .name = "SEND_QUEUE_BYTES",
+        .type = vt::bytes,
+        .default_value = "4194304",
+        .meaning = "bytes of copied or handed-over messages a PE's sends may hold; past it a "
+                   "send waits for earlier ones to go (back-pressure)",
+        .layer = "api (machine core)",
+        .minimum = 1,
+    },
+    {
         .name = "BROADCAST_TREE",
         .type = vt::switch_,
         .default_value = "on",
@@ -289,8 +298,8 @@ constexpr setting_info registry[] = {
      .off_is_zero = true},
     {.name = "EAGER_PROTOCOL",
      .type = vt::switch_,
-     .default_value = "off",
-     .meaning = "receivers open eager channels to busy senders",
+     .default_value = "on",
+     .meaning = "receivers open eager channels to busy same-host senders",
      .layer = "rdma"},
     {.name = "EAGER_INTERVAL",
      .type = vt::microseconds,
