@@ -37,7 +37,7 @@ RATIOS = [
 ]
 
 MiB = 1 << 20
-# Issue 10: (what, test, bytes, ours, peers, ">=" or "<=", bound)
+# Issues 10 and 11: (what, test, bytes, ours, peers, ">=" or "<=", bound)
 TARGETS = [
     ("same-host 1 MiB bandwidth vs Open MPI vader", "bw", MiB, "coverse-shm", ("ompi-vader",),
      ">=", 1.1),
@@ -53,6 +53,14 @@ TARGETS = [
      ("ompi-tcp", "ucx-tcp"), ">=", 1.2),
     ("TCP 1 MiB one-way latency vs Open MPI TCP", "pingpong", MiB, "coverse-tcp", ("ompi-tcp",),
      "<=", 1.0),
+    # Issue 11 (eager channels)
+    ("same-host 8 B one-way latency vs Open MPI vader", "pingpong", 8, "coverse-shm",
+     ("ompi-vader",), "<=", 0.8),
+    ("same-host 1 KiB one-way latency vs Open MPI vader", "pingpong", 1024, "coverse-shm",
+     ("ompi-vader",), "<=", 0.8),
+    ("same-host 8 B message rate vs Open MPI vader", "rate", 8, "coverse-shm", ("ompi-vader",),
+     ">=", 1.5),
+    ("TCP 8 B one-way latency vs UCX TCP", "pingpong", 8, "coverse-tcp", ("ucx-tcp",), "<=", 0.9),
 ]
 SMALL = 1024  # issue 5: same-host small-message latency at most 0.8x Open MPI TCP's
 SMALL_TARGET = 0.8
@@ -161,7 +169,7 @@ def table(samples):
 
 
 def targets(samples):
-    print("\nIssue 10's targets:\n")
+    print("\nTargets (issues 10 and 11):\n")
     for what, test, nbytes, ours, peers, op, bound in TARGETS:
         by_impl = samples.get((test, nbytes), {})
         missing = [i for i in (ours,) + peers if not by_impl.get(i)]

@@ -314,21 +314,22 @@ void pe_core::fill_state(net::doctor::pe_state& s) {
     s.timers = _sched->pending_timers();
     // Handles by protocol; a rendezvous handle still pending waits for its get-done (the
     // rdma layer completes it from a callback, not from a suspended task).
-    static constexpr const char* protocol_names[] = {"stream/inline", "stream", "rndv/get"};
-    std::uint32_t by_protocol[3] = {0, 0, 0};
+    static constexpr const char* protocol_names[] = {"stream/inline", "stream", "rndv/get",
+                                                     "eager/short", "eager/long"};
+    std::uint32_t by_protocol[5] = {0, 0, 0, 0, 0};
     for (std::uint32_t i = 0; i < _slots.size(); ++i) {
         const handle_slot& slot = _slots[i];
         if (!slot.in_use) continue;
         ++s.handles_in_use;
         if (slot.user_owned && !slot.released) ++s.handles_user_held;
-        ++by_protocol[std::min<std::uint8_t>(slot.protocol, 2)];
+        ++by_protocol[std::min<std::uint8_t>(slot.protocol, 4)];
         if (slot.protocol == static_cast<std::uint8_t>(send_protocol::rendezvous) &&
             slot.pending > 0)
             s.waits.push_back(net::doctor::wait_entry{
                 wait_kind::get_done, slot.dest, i, "rndv/get: the receiver has not fetched it", 1});
     }
     s.handles_total = static_cast<std::uint32_t>(_slots.size());
-    for (int p = 0; p < 3; ++p)
+    for (int p = 0; p < 5; ++p)
         if (by_protocol[p]) s.handles.push_back({protocol_names[p], by_protocol[p]});
     s.barrier_epoch = _barrier_epoch;
 }

@@ -87,7 +87,13 @@ inline constexpr std::uint64_t extra_trace_id(std::uint32_t index) noexcept {
 }
 
 /// Protocol of a send, by size (trace events and coverse-trace use the numbers).
-enum class send_protocol : std::uint8_t { inline_send = 0, stream = 1, rendezvous = 2 };
+enum class send_protocol : std::uint8_t {
+    inline_send = 0,
+    stream = 1,
+    rendezvous = 2,
+    eager_short = 3,  // the layer put it into a short slot (frame_ticket::via_eager)
+    eager_long = 4,   // into a persistent handle's long buffer
+};
 
 /// Coroutines waiting for a state change; notify_all() reschedules every one of them.
 class wait_list {
@@ -289,6 +295,7 @@ private:
         std::uint32_t extra = 0;  // the frame's own trace handle (later destinations), 0: none
         void* forward = nullptr;  // a broadcast forward: the buffer it holds a reference to
         void sent(int result) noexcept override;
+        void via_eager(bool long_buffer) noexcept override;
     };
     void accept_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                         std::uint32_t root);

@@ -108,6 +108,19 @@ void pe_core::transmit(std::uint32_t dest, void* buf, std::uint32_t size, bool b
     _rdma->send(dest, static_cast<const std::byte*>(buf), size, broadcast, root, t);
 }
 
+// The layer put the frame into an eager channel: the handle's protocol for the hang report,
+// and a put_done event naming the protocol for coverse-trace (it re-files the handle).
+void pe_core::frame_ticket::via_eager(bool long_buffer) noexcept {
+    const auto p = long_buffer ? trace::protocol::eager_long : trace::protocol::eager_short;
+    if (forward) return;
+    auto& sl = core->_slots[slot];
+    sl.protocol = static_cast<std::uint8_t>(long_buffer ? send_protocol::eager_long
+                                                        : send_protocol::eager_short);
+    if (trace::enabled())
+        trace::emit(trace::kind::handle_put_done, extra ? extra_trace_id(extra) : sl.trace_id,
+                    trace::credit_protocol(p));
+}
+
 void pe_core::frame_ticket::sent(int result) noexcept {
     core->frame_done(*this, result);
 }

@@ -268,6 +268,9 @@ model analyse(const trace_set& set) {
                 }
                 auto& h = m.handles[it->second];
                 h.states.push_back({*st, e.ts_ns});
+                // put_done with a protocol: the send went into an eager channel instead.
+                if (*st == handle_state::put_done && e.a >= 1 && e.a <= trace::protocol_count)
+                    h.alloc.proto = static_cast<trace::protocol>(e.a - 1);
                 if (*st == handle_state::released) {
                     h.end = e.ts_ns;
                     open_handles.erase(it);

@@ -36,6 +36,9 @@ namespace coverse::rdma {
 class send_completion {
 public:
     virtual void sent(int result) noexcept = 0;
+    /// Called just before sent() when the message went into an eager channel (a short slot,
+    /// or a persistent handle's long buffer) instead of the protocol its size picks.
+    virtual void via_eager(bool long_buffer) noexcept { (void)long_buffer; }
 
 protected:
     ~send_completion() = default;
