@@ -568,6 +568,7 @@ void layer::inject_bad_eager_footer(std::uint32_t dest) {
                                  std::memory_order_release);
     c->seg.header().written.store(++c->written, std::memory_order_release);
     m.peers[dest].gate = c;
+    if (m.peers[dest].out_ring->take_sleeper()) m.peers[dest].out_bell->ring();
 }
 
 void layer::impl::eager_peer_lost(std::uint32_t pe) {
