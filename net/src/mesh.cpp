@@ -479,6 +479,15 @@ task<void> mesh::writer(connection* c) {
                (batch.empty() || bytes < batch_bytes)) {
             outgoing* o = c->queue.front();
             c->queue.pop_front();
+            if (_hook) {  // eager credits ride on whatever goes to the peer now
+                const auto t = static_cast<frame_type>(o->header[header_field::type.offset]);
+                if (t != frame_type::hello && t != frame_type::disconnect)
+                    if (const std::uint16_t cr = _hook->credits_for(c->pe, t)) {
+                        o->header[header_field::credits.offset] = static_cast<std::byte>(cr & 0xFF);
+                        o->header[header_field::credits.offset + 1] =
+                            static_cast<std::byte>(cr >> 8);
+                    }
+            }
             batch.push_back(o);
             parts.emplace_back(o->header);
             if (!o->payload.empty()) parts.push_back(o->payload);

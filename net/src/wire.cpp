@@ -164,6 +164,8 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "rdma_address";
         case frame_type::eager_channel:
             return "eager_channel";
+        case frame_type::eager_data:
+            return "eager_data";
         case frame_type::state_request:
             return "state_request";
         case frame_type::state_reply:

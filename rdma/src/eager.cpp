@@ -240,7 +240,8 @@ bool layer::impl::eager_pending() const noexcept {
 // Adaptive set-up, at the receiver: a sender busy on the ring gets a short channel.
 void layer::impl::eager_note_stream_message(std::uint32_t from) {
     peer& p = peers[from];
-    if (!cfg.eager || p.eager_in || p.eager_refused || !p.in_ring || !peers[from].out_ring) return;
+    const bool rings = p.in_ring && p.out_ring;
+    if (!cfg.eager || p.eager_in || p.tcp_in || p.eager_refused || (!rings && !mesh)) return;
     const std::uint64_t now = coarse_now_ns();
     if (now - p.window_start_ns > cfg.eager_interval_ns) {
         p.window_start_ns = now;
@@ -250,8 +251,14 @@ void layer::impl::eager_note_stream_message(std::uint32_t from) {
     std::size_t shorts = 0;
     for (const auto& c : eager.polled)
         shorts += c->kind == eager_kind::short_slots && !c->done;
+    for (const auto& q : peers)
+        shorts += q.tcp_in != nullptr;
     if (shorts >= cfg.eager_pollset) return;
     p.window_count = 0;
+    if (!rings) {
+        tcp_eager_open(from);
+        return;
+    }
     eager_rx* c =
         eager_create(from, eager_kind::short_slots, cfg.eager_slots, cfg.eager_short_bytes);
     if (!c) {
@@ -337,6 +344,11 @@ void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_
         case eager_action::open: {  // we are the sender
             std::unique_ptr<eager_tx> tx;
             std::string why;
+            if (!p.out_ring && f.kind == static_cast<std::uint32_t>(eager_kind::short_slots)) {
+                // Over the connection: its slots are its own memory; we hold the credits.
+                p.tcp_out = std::make_unique<tcp_tx>(tcp_tx{f.slots, f.capacity});
+                return;
+            }
             if (!p.out_ring) {
                 why = "no shared-memory ring to that PE";
             } else {
@@ -555,8 +567,11 @@ layer::eager_counters layer::eager_stats() const noexcept {
     c.bad_footers = m.eager.bad_footers;
     for (const auto& r : m.eager.polled)
         if (!r->done) ++c.polled;
-    for (const auto& p : m.peers)
-        if (p.eager_out) ++c.writing;
+    for (const auto& p : m.peers) {
+        if (p.eager_out || p.tcp_out) ++c.writing;
+        if (p.tcp_in) ++c.polled;
+    }
+    c.credit_frames = m.credit_frames;
     return c;
 }
 
@@ -573,6 +588,7 @@ void layer::inject_bad_eager_footer(std::uint32_t dest) {
 
 void layer::impl::eager_peer_lost(std::uint32_t pe) {
     peer& p = peers[pe];
+    p.tcp_out.reset();
     if (p.gate && p.gate->to == pe) p.gate = nullptr;
     p.gate_segment.reset();
     p.eager_out.reset();
@@ -589,6 +605,12 @@ void layer::impl::eager_peer_lost(std::uint32_t pe) {
 
 void layer::impl::eager_close() {
     for (auto& p : peers) {
+        p.tcp_out.reset();
+        if (p.tcp_in) {
+            p.tcp_in->ctx = nullptr;
+            // Slots a handler still holds: the owner outlives them (see below).
+            if (p.tcp_in->held) static_cast<void>(p.tcp_in.release());
+        }
         p.gate = nullptr;
         p.gate_segment.reset();
         p.eager_out.reset();

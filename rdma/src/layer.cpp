@@ -198,15 +198,16 @@ void layer::impl::on_address(std::uint32_t from, const net::frame& f) {
 // ---------------------------------------------------------------------------------------
 // Sending
 
-namespace {
 void mesh_sent(void* ctx, int result) {
     static_cast<send_completion*>(ctx)->sent(result);
 }
-}  // namespace
 
 void layer::send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
                  std::uint32_t root, send_completion* done) {
     impl& m = *_impl;
+    if (!broadcast && !m.peers[dest].out_ring && m.peers[dest].tcp_out &&
+        m.tcp_eager_send(dest, buf, size, done))
+        return;
     if (!broadcast && m.peers[dest].out_ring &&
         (m.peers[dest].eager_out || !m.eager.current.empty()) &&
         m.eager_send(dest, buf, size, done))
@@ -350,16 +351,32 @@ bool layer::impl::on_frame(std::uint32_t from, net::frame_type type, std::uint16
 std::byte* layer::place(std::uint32_t pe, const net::frame_header& h) noexcept {
     impl& m = *_impl;
     if (!m.tcp) return nullptr;
+    if (h.type == net::frame_type::eager_data) return m.tcp_eager_place(pe, h);
     if (h.type == net::frame_type::rma_get_reply || h.type == net::frame_type::rma_put_data)
         return m.tcp->place(pe, h);
     return nullptr;
 }
 
+std::uint16_t layer::credits_for(std::uint32_t pe, net::frame_type) noexcept {
+    return _impl->tcp_credits_for(pe);
+}
+
 bool layer::take(std::uint32_t pe, net::frame& f) {
     impl& m = *_impl;
     const auto& h = f.header;
+    if (h.credits) m.tcp_credits_back(pe, h.credits);  // eager credits riding on any frame
     switch (h.type) {
+        case net::frame_type::eager_data:
+            m.tcp_eager_take(pe, f);
+            return true;
+        case net::frame_type::credit: {
+            const auto d = net::decode_credit(f.payload_bytes(), {});
+            if (d.ok()) m.tcp_credits_back(pe, d.value.count);
+            return true;
+        }
         case net::frame_type::standard: {
+            if (m.cfg.eager && !m.peers[pe].tcp_in && !m.peers[pe].out_ring)
+                m.eager_note_stream_message(pe);
             const std::uint32_t size = h.payload_length;
             void* msg = f.payload.release();
             if (!msg) {  // an empty frame: still a message (the core reports it as too short)

@@ -83,6 +83,30 @@ struct eager_tx {
     }
 };
 
+/// A short channel over a connection (eager_tcp.cpp): the receiver's slots are its own
+/// memory; the reader places each eager_data frame into a free slot.
+struct tcp_rx final : alloc::chunk_owner {
+    tcp_rx(std::uint32_t from, std::uint32_t slots, std::uint32_t capacity);
+    ~tcp_rx();
+    std::uint32_t from, slots, capacity, stride;
+    std::byte* mem = nullptr;
+    std::vector<std::uint32_t> free_slots;  // LIFO: the warmest slot first
+    std::uint32_t held = 0;                 // placed or handed to handlers
+    std::uint32_t pending_credits = 0;      // freed, not yet returned
+    std::uint32_t placed_slot = 0;          // the slot place() gave the frame being read
+    bool placed = false;
+    std::uint64_t beyond_credits = 0;  // eager_data frames that found no free slot
+    void* ctx = nullptr;  // the layer, told when credits are owed (null once it closed)
+    void (*credit_due)(void* ctx, tcp_rx& c) noexcept = nullptr;
+    void take_back(void* storage, std::size_t) noexcept override;
+    const char* name() const noexcept override { return "eager slot (tcp)"; }
+};
+
+struct tcp_tx {
+    std::uint32_t credits;
+    std::uint32_t capacity;
+};
+
 struct persistent_out {
     std::uint32_t dest;
     std::uint32_t max_bytes;
@@ -120,6 +144,8 @@ struct peer {
     std::uint64_t gate_drain = 0;
     // Receiving: the short channel we opened for this peer, and the busy-sender window.
     eager_rx* eager_in = nullptr;
+    std::unique_ptr<tcp_rx> tcp_in;   // over the connection: our slots for this sender
+    std::unique_ptr<tcp_tx> tcp_out;  // its slots for us: the credits we hold
     bool eager_refused = false;
     std::uint64_t window_start_ns = 0;
     std::uint32_t window_count = 0;
@@ -140,6 +166,9 @@ struct eager_state {
 
 struct rndv_out;
 struct rndv_in;
+
+/// The mesh's sent callback for a frame whose completion is a send_completion.
+void mesh_sent(void* ctx, int result);
 
 struct layer::impl {
     impl(layer& self, scheduler& sched, layer_config cfg, upcalls& up);
@@ -231,6 +260,16 @@ struct layer::impl {
     void eager_drop_tx(std::uint32_t dest, eager_tx* c);
     void eager_peer_lost(std::uint32_t pe);
     void eager_close();
+    // over a connection (eager_tcp.cpp)
+    bool tcp_eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
+                        send_completion* done);
+    void tcp_eager_open(std::uint32_t from);
+    std::byte* tcp_eager_place(std::uint32_t pe, const net::frame_header& h) noexcept;
+    void tcp_eager_take(std::uint32_t pe, net::frame& f);
+    void tcp_credits_back(std::uint32_t pe, std::uint32_t n) noexcept;
+    void tcp_return_credits(tcp_rx& c) noexcept;
+    std::uint16_t tcp_credits_for(std::uint32_t pe) noexcept;
+    std::uint64_t tcp_eager_sends = 0, tcp_eager_receives = 0, tcp_no_credit = 0, credit_frames = 0;
 
     // ---- rendezvous (rendezvous.cpp) --------------------------------------------------------
     void rendezvous_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,

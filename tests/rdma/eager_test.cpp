@@ -114,17 +114,19 @@ TEST(eager_segment_map, a_segment_of_another_shape_is_refused_by_name) {
 struct variant {
     std::uint32_t slots;
     provider_kind provider;
+    bool same_host = true;  // false: the peer is on "another host" (the connection, no rings)
 };
 
 std::string name_of(const testing::TestParamInfo<variant>& i) {
     return "slots_" + std::to_string(i.param.slots) + "_" +
-           std::string(to_string(i.param.provider));
+           std::string(to_string(i.param.provider)) + (i.param.same_host ? "" : "_connection");
 }
 
 class eager : public testing::TestWithParam<variant> {
 protected:
     void SetUp() override {
         _opt.cfg.forced = GetParam().provider;
+        _opt.same_host = GetParam().same_host;
         _opt.cfg.eager = true;
         _opt.cfg.eager_threshold = 1;
         _opt.cfg.eager_slots = GetParam().slots;
@@ -271,7 +273,10 @@ TEST_P(eager, a_persistent_handle_carries_halos_and_is_destroyed) {
                     return n.rdma->persistent_status(h) != layer::persistent_state::pending;
                 }))
                 return 13;
-            if (n.rdma->persistent_status(h) != layer::persistent_state::open) return 14;
+            // Long channels live in shared memory: a peer on another host refuses.
+            const auto want = GetParam().same_host ? layer::persistent_state::open
+                                                   : layer::persistent_state::refused;
+            if (n.rdma->persistent_status(h) != want) return 14;
             const std::uint32_t use[] = {h};
             n.rdma->persistent_use(use);
             std::vector<std::size_t> halos(sizes.begin(), sizes.end() - 1);
@@ -283,11 +288,12 @@ TEST_P(eager, a_persistent_handle_carries_halos_and_is_destroyed) {
             n.rdma->send(1, static_cast<const std::byte*>(m), 8, false, 0, &last);
             if (!n.wait_for([&] { return last.calls == 1; })) return 15;
             alloc::msg_free(m);
-            return n.rdma->eager_stats().sends > 0 ? 0 : 16;
+            return n.rdma->eager_stats().sends > 0 || !GetParam().same_host ? 0 : 16;
         },
         [&](node& n, const std::function<void()>&) {
             const int rc = receive_checked(n, sizes, 1);
             if (rc) return rc;
+            if (!GetParam().same_host) return n.rdma->eager_stats().refused == 1 ? 0 : 24;
             return n.rdma->eager_stats().receives > 0 ? 0 : 23;
         });
     EXPECT_EQ(r.pe0, 0);
@@ -321,6 +327,7 @@ TEST_P(eager, a_receiver_without_resources_refuses_and_sends_fall_back) {
 }
 
 TEST_P(eager, a_receiver_initiated_persistent_channel_carries_messages) {
+    if (!GetParam().same_host) GTEST_SKIP() << "receiver-initiated channels are shared memory";
     std::vector<std::size_t> sizes(100, 48 << 10);
     const auto r = run_pair(
         _opt,
@@ -360,6 +367,7 @@ TEST_P(eager, a_receiver_initiated_persistent_channel_carries_messages) {
 }
 
 TEST_P(eager, a_bad_footer_closes_that_channel_with_a_notice_naming_the_peer) {
+    if (!GetParam().same_host) GTEST_SKIP() << "footers are shared memory; a connection has none";
     const std::vector<std::size_t> first(40, 64);
     const std::vector<std::size_t> later(40, 128);
     std::vector<std::size_t> all = first;
@@ -428,23 +436,35 @@ TEST_P(eager, slots_a_handler_holds_stay_valid_after_their_sender_died) {
 INSTANTIATE_TEST_SUITE_P(credits, eager,
                          testing::Values(variant{1, provider_kind::cma},
                                          variant{16, provider_kind::cma},
-                                         variant{16, provider_kind::tcp}),
+                                         variant{16, provider_kind::tcp},
+                                         variant{1, provider_kind::tcp, false},
+                                         variant{16, provider_kind::tcp, false}),
                          name_of);
 
-// A peer on another host has no ring, so no channel: everything goes by the connection.
-TEST(eager_remote, a_peer_on_another_host_gets_no_channel_and_loses_nothing) {
+// A peer on another host gets a channel over the connection: slots in the receiver's memory,
+// credits coming back in credit frames (and on any other frame it sends, see the tcp
+// variants of the mixed test, where the receiver's rendezvous requests carry them).
+TEST(eager_remote, a_peer_on_another_host_gets_a_connection_channel_and_loses_nothing) {
     pair_options opt;
     opt.same_host = false;
     opt.cfg.forced = provider_kind::tcp;
     opt.cfg.eager = true;
     opt.cfg.eager_threshold = 1;
-    const auto sizes = mixed_sizes(200);
+    // Small messages only: the receiver sends nothing back on its own, so the credits must
+    // come back in explicit credit frames.
+    const std::vector<std::size_t> sizes(300, 512);
     const auto r = run_pair(
         opt, [&](node& n, const std::function<void()>&) { return send_paced(n, 1, sizes); },
         [&](node& n, const std::function<void()>&) {
             const int rc = receive_checked(n, sizes, 1);
             if (rc) return rc;
-            return n.rdma->eager_stats().opened == 0 ? 0 : 23;
+            const auto st = n.rdma->eager_stats();
+            if (st.opened == 1 && st.receives > 0 && st.credit_frames > 0) return 0;
+            std::fprintf(stderr, "PE 1: %llu channels, %llu eager receives, %llu credit frames\n",
+                         static_cast<unsigned long long>(st.opened),
+                         static_cast<unsigned long long>(st.receives),
+                         static_cast<unsigned long long>(st.credit_frames));
+            return 23;
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);

@@ -59,6 +59,14 @@ public:
     virtual std::byte* place(std::uint32_t pe, const frame_header& header) noexcept = 0;
     /// A complete frame from `pe`; true when the hook took it (it does not reach receive()).
     virtual bool take(std::uint32_t pe, frame& f) = 0;
+    /// Credits to piggyback on a frame of `type` to `pe`, asked by the writer as it sends
+    /// the frame (not when it was queued), so the count is as fresh as it can be. Only for
+    /// frames the peer's hook sees (every type but hello and disconnect).
+    virtual std::uint16_t credits_for(std::uint32_t pe, frame_type type) noexcept {
+        (void)pe;
+        (void)type;
+        return 0;
+    }
 
 protected:
     ~frame_hook() = default;

@@ -113,9 +113,11 @@ enum class frame_type : std::uint8_t {
     state_request = 25,    // state_request_payload (launcher -> PE, doctor channel); tag = id
     state_reply = 26,      // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
     eager_channel = 27,    // eager_channel_payload: an eager channel opens, closes or is refused
+    eager_data = 28,       // a message for the receiver's eager slots over a connection (spends
+                           // one of the sender's credits; the reader places it in a free slot)
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 27;
+inline constexpr std::uint8_t last_frame_type = 28;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;

@@ -165,6 +165,7 @@ public:
         std::uint64_t order_waits = 0;  // the ring still carried earlier messages
         std::uint64_t opened = 0, refused = 0, bad_footers = 0;
         std::size_t polled = 0, writing = 0;  // channels open now, each way
+        std::uint64_t credit_frames = 0;      // explicit credit returns (connections)
     };
     eager_counters eager_stats() const noexcept;
     /// Fault injection for tests: writes a footer no correct sender writes (an unknown
@@ -197,6 +198,7 @@ private:
 
     std::byte* place(std::uint32_t pe, const net::frame_header& header) noexcept override;
     bool take(std::uint32_t pe, net::frame& f) override;
+    std::uint16_t credits_for(std::uint32_t pe, net::frame_type type) noexcept override;
 };
 
 }  // namespace coverse::rdma
