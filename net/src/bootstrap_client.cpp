@@ -2,6 +2,7 @@
 // environment, the blocking socket to coverse-run, registration and the node table,
 // print/error/scan, and abort with its acknowledgement.
 #include <coverse/net/bootstrap.hpp>
+#include <coverse/net/detail/control_socket.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -159,7 +160,7 @@ std::uint64_t local_machine_id() {
 // ---------------------------------------------------------------------------------------
 // Connecting
 
-namespace {
+namespace detail {
 
 // One non-blocking connect attempt with a deadline; returns the connected blocking socket,
 // or -1 with errno set.
@@ -195,7 +196,8 @@ int connect_once(const addrinfo& ai, clock::time_point deadline) {
     return fd;
 }
 
-}  // namespace
+}  // namespace detail
+using detail::connect_once;
 
 launcher_client::launcher_client(const launch_info& info, std::chrono::milliseconds timeout)
     : _info(info), _reader(decode_limits{default_max_payload, info.num_pes, true}) {
@@ -270,6 +272,10 @@ void append_frame(std::vector<std::byte>& out, const frame_header& h,
     out.insert(out.end(), payload.begin(), payload.end());
 }
 
+}  // namespace
+
+namespace detail {
+
 // Blocking send of `a` then `b` as one stream of bytes; false on a broken connection.
 bool send_both(int fd, std::span<const std::byte> a, std::span<const std::byte> b) noexcept {
     iovec iov[2] = {{const_cast<std::byte*>(a.data()), a.size()},
@@ -300,7 +306,8 @@ bool send_both(int fd, std::span<const std::byte> a, std::span<const std::byte> 
     return true;
 }
 
-}  // namespace
+}  // namespace detail
+using detail::send_both;
 
 bool launcher_client::send_frame(frame_type type, std::uint32_t tag,
                                  std::span<const std::byte> payload) {
