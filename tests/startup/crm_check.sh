@@ -8,6 +8,8 @@
 #            refused because the key already started a job
 # timeout:   <PEs>-1 processes of +p<PEs> (CRM --timeout 1): each fails saying how many came
 # dead-port: a CRM address where nothing listens: the process fails naming the address
+# abort:     abort_check: the last PE's CmiAbort message, every process exits non-zero (the
+#            others stop because that PE's connections drop, naming it)
 # The CRM listens on a free loopback port (never 7777). Every case checks that no process
 # is left behind and stops the CRM by its PID.
 set -u
@@ -154,6 +156,27 @@ dead-port)
     wait_for lone && fail "the process exited 0 without a CRM"
     grep -q "cannot reach the CRM at 127.0.0.1:$port" "$dir/lone.out" || fail "the error does not name the address"
     grep -q "start coverse-crm there" "$dir/lone.out" || fail "the error does not say what to do"
+    ;;
+abort)
+    i=0
+    while [ $i -lt "$npes" ]; do
+        # shellcheck disable=SC2086
+        launch "pe$i" "$npes" job-abort ++node-context $i $args
+        i=$((i + 1))
+    done
+    last=$((npes - 1))
+    i=0
+    while [ $i -lt "$npes" ]; do
+        wait_for "pe$i" && fail "process $i exited 0 in a job that aborted"
+        i=$((i + 1))
+    done
+    grep -q "abort_check: deliberate abort on PE $last of $npes" "$dir/pe$last.out" ||
+        fail "PE $last did not print its abort message"
+    i=0
+    while [ $i -lt "$last" ]; do
+        grep -q "lost PE $last" "$dir/pe$i.out" || fail "PE $i did not name the PE it lost"
+        i=$((i + 1))
+    done
     ;;
 *)
     echo "crm_check.sh: unknown case '$case'" >&2
