@@ -92,33 +92,11 @@ public:
           _key(job_key_of(request.key)),
           _reader(decode_limits{default_max_payload, request.num_pes, true}) {
         // A CRM that is just starting gets a moment; a dead port is an error soon after.
-        const auto deadline = clock::now() + std::chrono::seconds(2);
+        std::string last_error;
+        _fd = detail::connect_retrying(_req.host, _req.port, clock::now() + std::chrono::seconds(2),
+                                       std::chrono::milliseconds(20), last_error);
+        if (_fd >= 0) return;
         const std::string port = std::to_string(_req.port);
-        std::string last_error = "no attempt";
-        auto backoff = std::chrono::milliseconds(20);
-        for (;;) {
-            addrinfo hints{};
-            hints.ai_family = AF_UNSPEC;
-            hints.ai_socktype = SOCK_STREAM;
-            hints.ai_flags = AI_NUMERICSERV;
-            addrinfo* list = nullptr;
-            const int gai = ::getaddrinfo(_req.host.c_str(), port.c_str(), &hints, &list);
-            if (gai != 0) {
-                throw bootstrap_error("coverse: cannot resolve the CRM's host \"" + _req.host +
-                                      "\" (++crm / CRM): " + ::gai_strerror(gai) +
-                                      "; give ++crm HOST:PORT of a running coverse-crm");
-            }
-            for (addrinfo* ai = list; ai != nullptr && _fd < 0; ai = ai->ai_next) {
-                _fd = detail::connect_once(*ai, deadline);
-                if (_fd < 0) last_error = std::strerror(errno);
-            }
-            ::freeaddrinfo(list);
-            if (_fd >= 0) return;
-            const auto now = clock::now();
-            if (now >= deadline) break;
-            std::this_thread::sleep_for(std::min<clock::duration>(backoff, deadline - now));
-            backoff = std::min(backoff * 2, std::chrono::milliseconds(250));
-        }
         throw bootstrap_error("coverse: cannot reach the CRM at " + address() + " (++crm / CRM): " +
                               last_error + "; start coverse-crm there (coverse-crm --port " + port +
                               ") or point ++crm at the one that runs");
