@@ -244,7 +244,9 @@ void pe_core::start_networked(const net::launch_info& info) {
         start_trace(_backend_why);
     };
     if (!_startup || _startup->pe()) prepare_rdma();
-    trace::emit(trace::kind::phase_begin, 1);
+    // Under the CRM the trace starts with the rdma layer, after registration: no phase 1.
+    const bool trace_registration = _rdma != nullptr;
+    if (trace_registration) trace::emit(trace::kind::phase_begin, 1);
     std::vector<net::node_entry> table;
     if (_startup)
         table = _startup->exchange(net::node_entry{_pe, "127.0.0.1", port, net::local_machine_id()},
@@ -255,7 +257,7 @@ void pe_core::start_networked(const net::launch_info& info) {
         _pe = _startup->pe().value_or(0);
         prepare_rdma();
     }
-    trace::emit(trace::kind::phase_end, 1);
+    if (trace_registration) trace::emit(trace::kind::phase_end, 1);
     if (table.size() != _num_pes)
         throw std::runtime_error("coverse: PE " + std::to_string(_pe) + ": " + starter + " sent " +
                                  std::to_string(table.size()) + " entries for a job of " +

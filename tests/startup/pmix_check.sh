@@ -6,6 +6,7 @@
 # refused: every PE gets PMIX_NAMESPACE=bogus: non-zero exit and the PMIx_Init error
 #          (launcher none: one process with PMIX_* variables but no server at all)
 # no-pmix: srun --mpi=none: non-zero exit and the "without PMIx" error
+# mismatch: the program also gets +p<PEs+1>: non-zero exit, the error names both counts
 # Every case also checks that no process of the job is left (found by a marker variable).
 # srun needs SLURM_CONF (run it under slurm_bed.sh). Exit 77 (skip) when mpirun cannot run.
 set -u
@@ -18,6 +19,7 @@ out=$(mktemp /tmp/coverse-pmix-out.XXXXXX)
 trap 'rm -f "$out"' EXIT
 wrap=
 [ "$want" = refused ] && wrap="env PMIX_NAMESPACE=bogus"
+[ "$want" = mismatch ] && set -- "$@" "+p$((npes + 1))"
 # Under ASan: libpmix's own leaks from PMIx_Init are suppressed, nothing else (see the file).
 LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
@@ -83,6 +85,11 @@ refused)
     has "PMIX_NAMESPACE=bogus" || fail "the error does not name the namespace"
     has "unset the PMIX_\* variables" || fail "the error does not say what to do"
     ;;
+mismatch)
+    [ $status -ne 0 ] || fail "status 0 although +p disagrees with the job's size"
+    has "+p$((npes + 1)) disagrees with PMIx (namespace .*)'s job of $npes PEs" ||
+        fail "no error naming both PE counts"
+    ;;
 no-pmix)
     [ $status -ne 0 ] || fail "status 0 although every task ran alone"
     has "without PMIx" || fail "no 'without PMIx' error"
@@ -103,4 +110,4 @@ while :; do
     sleep 0.1
     i=$((i + 1))
 done
-echo "pmix_check.sh: $launcher $npes PEs $want: $(grep -m1 -e ' ok$' -e 'aborted' -e 'failed' -e 'without PMIx' "$out") ok"
+echo "pmix_check.sh: $launcher $npes PEs $want: $(grep -m1 -e ' ok$' -e 'aborted' -e 'failed' -e 'without PMIx' -e 'disagrees' "$out") ok"
