@@ -10,6 +10,8 @@ packages=(
     libgtest-dev libgmock-dev libbenchmark-dev
     clang clang-format libclang-rt-14-dev
     graphviz
+    libpmix-dev openmpi-bin
+    slurmctld slurmd slurm-client
 )
 
 missing=()

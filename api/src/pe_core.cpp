@@ -105,7 +105,20 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     settings::consume_command_line(argc, argv);  // ++set NAME=VALUE
     consume_flags(argc, argv);
 
+    // Who started us, first match wins: coverse-run (COVERSE_LAUNCHER), the CRM (++crm or
+    // CRM), a PMIx server (PMIX_NAMESPACE / PMIX_RANK), else +pN launches itself.
     std::optional<net::launch_info> info = net::launch_info_from_env();
+    std::optional<net::crm_request> crm = net::crm_request_from(argc, argv, _opts.num_pes_flag);
+    if (!info && crm) {
+        _startup = net::crm_connect(*crm);
+    } else if (!info && net::pmix_in_environment()) {
+        _startup = net::pmix_connect();
+    } else if (!info) {
+        net::check_spawner_without_pmix();
+    }
+    if (_startup)
+        info = net::launch_info{"", 0, _startup->pe().value_or(0), _startup->num_pes(),
+                                _startup->job_key()};
     if (!info && _opts.num_pes_flag > 1) {
         // Started directly with +pN: become the launcher of N copies of ourselves, the
         // same way coverse-run would, and exit with the job's status.
@@ -155,7 +168,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     _instance = this;
 
     if (info) {
-        relay_stdout();  // printf lines through the launcher, line by line, in order
+        if (!_startup) relay_stdout();  // printf lines through the launcher, in order
         try {
             start_networked(*info);
         } catch (...) {
@@ -198,13 +211,14 @@ void pe_core::start_networked(const net::launch_info& info) {
     // its barrier (a faster PE's start function already sends).
     _send_seq.assign(_num_pes, 0);
     _recv_seq.assign(_num_pes, 0);
+    const std::string starter = _startup ? _startup->name() : "the launcher";
     if (_opts.num_pes_flag && _opts.num_pes_flag != _num_pes)
         throw std::runtime_error("coverse: PE " + std::to_string(_pe) + ": +p" +
-                                 std::to_string(_opts.num_pes_flag) +
-                                 " disagrees with the launcher's job of " +
-                                 std::to_string(_num_pes) + " PEs; drop +p or make them match");
+                                 std::to_string(_opts.num_pes_flag) + " disagrees with " + starter +
+                                 "'s job of " + std::to_string(_num_pes) +
+                                 " PEs; drop +p or make them match");
     const auto timeout = net::connection_timeout_from_env();
-    _launcher = std::make_unique<net::launcher_client>(info, timeout);
+    if (!_startup) _launcher = std::make_unique<net::launcher_client>(info, timeout);
     start_doctor();
 
     _backend = net::make_backend(*_sched, net::backend_kind_from_env(), &_backend_why);
@@ -218,18 +232,35 @@ void pe_core::start_networked(const net::launch_info& info) {
                                  ": cannot listen on 127.0.0.1: " + std::strerror(-l.error));
     const std::uint16_t port = l.value->local().port;
 
-    rdma::layer_config rc = _layer_cfg;
-    rc.rank = _pe;
-    rc.num_pes = _num_pes;
-    rc.job_key = info.job_key;
-    _rdma = std::make_unique<rdma::layer>(*_sched, rc, static_cast<rdma::upcalls&>(*this));
-    _rdma->prepare();  // before registering: peers may map our rings once the mesh is up
-    start_trace(_backend_why);
-    trace::emit(trace::kind::phase_begin, 1);
-    auto table = _launcher->register_node(port, "127.0.0.1", timeout);
-    trace::emit(trace::kind::phase_end, 1);
+    // The rdma layer is made before registering, so its rings exist before any peer can
+    // map them; the CRM numbers the PEs only in its node table, so there it follows the
+    // table (still before this PE takes part in the mesh's set-up).
+    auto prepare_rdma = [&] {
+        rdma::layer_config rc = _layer_cfg;
+        rc.rank = _pe;
+        rc.num_pes = _num_pes;
+        rc.job_key = info.job_key;
+        _rdma = std::make_unique<rdma::layer>(*_sched, rc, static_cast<rdma::upcalls&>(*this));
+        _rdma->prepare();
+        start_trace(_backend_why);
+    };
+    if (!_startup || _startup->pe()) prepare_rdma();
+    // Under the CRM the trace starts with the rdma layer, after registration: no phase 1.
+    const bool trace_registration = _rdma != nullptr;
+    if (trace_registration) trace::emit(trace::kind::phase_begin, 1);
+    std::vector<net::node_entry> table;
+    if (_startup)
+        table = _startup->exchange(net::node_entry{_pe, "127.0.0.1", port, net::local_machine_id()},
+                                   timeout);
+    else
+        table = _launcher->register_node(port, "127.0.0.1", timeout);
+    if (!_rdma) {
+        _pe = _startup->pe().value_or(0);
+        prepare_rdma();
+    }
+    if (trace_registration) trace::emit(trace::kind::phase_end, 1);
     if (table.size() != _num_pes)
-        throw std::runtime_error("coverse: PE " + std::to_string(_pe) + ": the launcher sent " +
+        throw std::runtime_error("coverse: PE " + std::to_string(_pe) + ": " + starter + " sent " +
                                  std::to_string(table.size()) + " entries for a job of " +
                                  std::to_string(_num_pes) + " PEs");
 
@@ -374,6 +405,8 @@ std::optional<std::string> pe_core::read_line() {
     if (_trace) _trace->flush();  // what led to the abort is what the trace is for
     if (_launcher) {
         _launcher->abort(1, text);
+    } else if (_startup) {
+        _startup->abort(1, text);
     } else {
         std::fprintf(stderr, "coverse: PE %u aborted: %s\n", _pe, text.c_str());
     }
@@ -433,6 +466,7 @@ void pe_core::shutdown() {
     _mesh.reset();
     _backend.reset();
     _launcher.reset();
+    _startup.reset();  // PMIx_Finalize
     stop_trace();
     _doctor.reset();  // before the scheduler: its queued snapshots must find it cancelled
     _sched.reset();

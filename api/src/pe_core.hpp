@@ -30,6 +30,7 @@
 #include <coverse/coverse.hpp>
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>
+#include <coverse/net/startup.hpp>
 #include <coverse/net/transport.hpp>
 #include <coverse/rdma/layer.hpp>
 #include <coverse/runtime/scheduler.hpp>
@@ -359,6 +360,7 @@ private:
     std::unique_ptr<rdma::layer> _rdma;
     std::vector<std::unique_ptr<frame_ticket>> _spare_tickets;
     std::unique_ptr<net::launcher_client> _launcher;
+    std::unique_ptr<net::startup_peer> _startup;        // PMIx or the CRM instead of _launcher
     std::unique_ptr<trace::session> _trace;             // COVERSE_TRACE=DIR
     std::unique_ptr<trace::flush_poller> _trace_flush;  // hands chunks over when idle
     std::string _backend_why;

@@ -2,6 +2,7 @@
 // environment, the blocking socket to coverse-run, registration and the node table,
 // print/error/scan, and abort with its acknowledgement.
 #include <coverse/net/bootstrap.hpp>
+#include <coverse/net/detail/control_socket.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -159,7 +160,7 @@ std::uint64_t local_machine_id() {
 // ---------------------------------------------------------------------------------------
 // Connecting
 
-namespace {
+namespace detail {
 
 // One non-blocking connect attempt with a deadline; returns the connected blocking socket,
 // or -1 with errno set.
@@ -195,37 +196,44 @@ int connect_once(const addrinfo& ai, clock::time_point deadline) {
     return fd;
 }
 
-}  // namespace
-
-launcher_client::launcher_client(const launch_info& info, std::chrono::milliseconds timeout)
-    : _info(info), _reader(decode_limits{default_max_payload, info.num_pes, true}) {
-    const auto start = clock::now();
-    const auto deadline = start + timeout;
-    const std::string port = std::to_string(info.launcher_port);
-    std::string last_error = "no attempt";
-    auto backoff = std::chrono::milliseconds(5);
+int connect_retrying(const std::string& host, std::uint16_t port_number, clock::time_point deadline,
+                     std::chrono::milliseconds backoff, std::string& last_error) {
+    const std::string port = std::to_string(port_number);
+    last_error = "no attempt";
     for (;;) {
         addrinfo hints{};
         hints.ai_family = AF_UNSPEC;
         hints.ai_socktype = SOCK_STREAM;
         hints.ai_flags = AI_NUMERICSERV;
         addrinfo* list = nullptr;
-        const int gai = ::getaddrinfo(info.launcher_host.c_str(), port.c_str(), &hints, &list);
+        int fd = -1;
+        const int gai = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &list);
         if (gai != 0) {
             last_error = std::string("cannot resolve the host: ") + ::gai_strerror(gai);
         } else {
-            for (addrinfo* ai = list; ai != nullptr && _fd < 0; ai = ai->ai_next) {
-                _fd = connect_once(*ai, deadline);
-                if (_fd < 0) last_error = std::strerror(errno);
+            for (addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
+                fd = connect_once(*ai, deadline);
+                if (fd < 0) last_error = std::strerror(errno);
             }
             ::freeaddrinfo(list);
         }
-        if (_fd >= 0) return;
+        if (fd >= 0) return fd;
         const auto now = clock::now();
-        if (now >= deadline) break;
+        if (now >= deadline) return -1;
         std::this_thread::sleep_for(std::min<clock::duration>(backoff, deadline - now));
         backoff = std::min(backoff * 2, std::chrono::milliseconds(250));
     }
+}
+
+}  // namespace detail
+
+launcher_client::launcher_client(const launch_info& info, std::chrono::milliseconds timeout)
+    : _info(info), _reader(decode_limits{default_max_payload, info.num_pes, true}) {
+    const std::string port = std::to_string(info.launcher_port);
+    std::string last_error;
+    _fd = detail::connect_retrying(info.launcher_host, info.launcher_port, clock::now() + timeout,
+                                   std::chrono::milliseconds(5), last_error);
+    if (_fd >= 0) return;
     throw bootstrap_error("coverse: PE " + std::to_string(info.pe) +
                           ": could not connect to the launcher at " + info.launcher_host + ":" +
                           port + " within " + seconds_text(timeout) + " (" + last_error +
@@ -270,6 +278,10 @@ void append_frame(std::vector<std::byte>& out, const frame_header& h,
     out.insert(out.end(), payload.begin(), payload.end());
 }
 
+}  // namespace
+
+namespace detail {
+
 // Blocking send of `a` then `b` as one stream of bytes; false on a broken connection.
 bool send_both(int fd, std::span<const std::byte> a, std::span<const std::byte> b) noexcept {
     iovec iov[2] = {{const_cast<std::byte*>(a.data()), a.size()},
@@ -300,7 +312,8 @@ bool send_both(int fd, std::span<const std::byte> a, std::span<const std::byte> 
     return true;
 }
 
-}  // namespace
+}  // namespace detail
+using detail::send_both;
 
 bool launcher_client::send_frame(frame_type type, std::uint32_t tag,
                                  std::span<const std::byte> payload) {

@@ -1,0 +1,113 @@
+#!/bin/sh
+# pmix_check.sh: runs a legacy program under a PMIx server and checks the result.
+#   pmix_check.sh mpirun|srun|none <PEs> ok|abort|refused|no-pmix <program> [args...]
+# ok:      exit 0 and the program's "<name>: ... on <PEs> PEs ok" line (the size came from PMIx)
+# abort:   non-zero exit and abort_check's message from the last PE (CmiAbort -> PMIx_Abort)
+# refused: every PE gets PMIX_NAMESPACE=bogus: non-zero exit and the PMIx_Init error
+#          (launcher none: one process with PMIX_* variables but no server at all)
+# no-pmix: srun --mpi=none: non-zero exit and the "without PMIx" error
+# mismatch: the program also gets +p<PEs+1>: non-zero exit, the error names both counts
+# Every case also checks that no process of the job is left (found by a marker variable).
+# srun needs SLURM_CONF (run it under slurm_bed.sh). Exit 77 (skip) when mpirun cannot run.
+set -u
+launcher=$1 npes=$2 want=$3
+shift 3
+name=$(basename "$1")
+name=${name#legacy_}
+mark="coverse_pmix_check_$$_$(date +%s%N)"
+out=$(mktemp /tmp/coverse-pmix-out.XXXXXX)
+trap 'rm -f "$out"' EXIT
+wrap=
+[ "$want" = refused ] && wrap="env PMIX_NAMESPACE=bogus"
+[ "$want" = mismatch ] && set -- "$@" "+p$((npes + 1))"
+# Under ASan: libpmix's own leaks from PMIx_Init are suppressed, nothing else (see the file).
+LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export LSAN_OPTIONS ASAN_OPTIONS
+
+case $launcher in
+mpirun)
+    if ! command -v mpirun >/dev/null 2>&1; then
+        echo "pmix_check.sh: SKIP: mpirun is not installed (scripts/setup.sh installs openmpi-bin)"
+        exit 77
+    fi
+    if ! timeout 30 mpirun --allow-run-as-root -np 1 true >"$out" 2>&1; then
+        echo "pmix_check.sh: SKIP: mpirun cannot start a process here:"
+        cat "$out"
+        exit 77
+    fi
+    # Loopback only; as root; more PEs than cores; no binding (idle PEs spin, then yield).
+    # shellcheck disable=SC2086  # $wrap is words
+    timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+        --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo -x STARTUP_TEST_MARK="$mark" -x LSAN_OPTIONS -x ASAN_OPTIONS \
+        -np "$npes" $wrap "$@" >"$out" 2>&1 </dev/null
+    status=$?
+    ;;
+srun)
+    mpi=pmix
+    [ "$want" = no-pmix ] && mpi=none
+    # -O: more tasks than the node's 2 CPUs; the timeout because srun waits for resources.
+    # shellcheck disable=SC2086
+    timeout 60 srun --mpi=$mpi -O -n "$npes" --export=ALL,STARTUP_TEST_MARK="$mark" \
+        $wrap "$@" >"$out" 2>&1 </dev/null
+    status=$?
+    ;;
+none)
+    timeout 60 env PMIX_NAMESPACE=bogus PMIX_RANK=0 "PMIX_SERVER_URI41=bogus.0;tcp4://127.0.0.1:1" \
+        STARTUP_TEST_MARK="$mark" "$@" >"$out" 2>&1 </dev/null
+    status=$?
+    ;;
+*)
+    echo "pmix_check.sh: unknown launcher '$launcher'" >&2
+    exit 2
+    ;;
+esac
+
+fail() {
+    printf 'pmix_check.sh: %s %s PEs %s: %s (status %s); output:\n' "$launcher" "$npes" "$want" "$1" "$status" >&2
+    cat "$out" >&2
+    exit 1
+}
+has() { grep -q -- "$1" "$out"; }
+
+case $want in
+ok)
+    [ $status -eq 0 ] || fail "the job failed"
+    grep -q "^$name: .* on $npes PEs ok" "$out" || fail "no '$name: ... on $npes PEs ok' line"
+    ;;
+abort)
+    [ $status -ne 0 ] || fail "status 0 after CmiAbort"
+    has "abort_check: deliberate abort on PE $((npes - 1)) of $npes" || fail "no abort message"
+    ;;
+refused)
+    [ $status -ne 0 ] || fail "status 0 although PMIx_Init cannot succeed"
+    has "coverse: PMIx_Init failed" || fail "no PMIx_Init error"
+    has "PMIX_NAMESPACE=bogus" || fail "the error does not name the namespace"
+    has "unset the PMIX_\* variables" || fail "the error does not say what to do"
+    ;;
+mismatch)
+    [ $status -ne 0 ] || fail "status 0 although +p disagrees with the job's size"
+    has "+p$((npes + 1)) disagrees with PMIx (namespace .*)'s job of $npes PEs" ||
+        fail "no error naming both PE counts"
+    ;;
+no-pmix)
+    [ $status -ne 0 ] || fail "status 0 although every task ran alone"
+    has "without PMIx" || fail "no 'without PMIx' error"
+    has "srun --mpi=pmix" || fail "the error does not say what to do"
+    ;;
+esac
+
+# No process of the job may outlive its launcher (allow a moment for the last to exit).
+i=0
+while :; do
+    left=$(grep -l -s -a "STARTUP_TEST_MARK=$mark" /proc/[0-9]*/environ 2>/dev/null |
+        grep -v "^/proc/$$/" | sed 's#/proc/\([0-9]*\)/environ#\1#' | tr '\n' ' ')
+    [ -z "$left" ] && break
+    if [ $i -ge 50 ]; then
+        for pid in $left; do kill -9 "$pid" 2>/dev/null; done
+        fail "processes left behind: $left"
+    fi
+    sleep 0.1
+    i=$((i + 1))
+done
+echo "pmix_check.sh: $launcher $npes PEs $want: $(grep -m1 -e ' ok$' -e 'aborted' -e 'failed' -e 'without PMIx' -e 'disagrees' "$out") ok"
