@@ -71,8 +71,16 @@ int CmiNodeOf(int pe);
 int CmiRankOf(int pe);
 int CmiNodeFirst(int node);
 int CmiNumCores(void);
+/* Hosts ("physical nodes") from the node table's host identities; numbered in the order of
+   their first PE, so PE 0 is on physical node 0. See docs/hosts.md. */
+int CmiCpuTopologyEnabled(void);
 int CmiNumPhysicalNodes(void);
 int CmiPhysicalNodeID(int pe);
+int CmiNumPesOnPhysicalNode(int node);
+void CmiGetPesOnPhysicalNode(int node, int** pelist, int* num);
+int CmiPhysicalRank(int pe);
+int CmiGetFirstPeOnPhysicalNode(int node);
+int CmiPeOnSamePhysicalNode(int pe1, int pe2);
 void CmiInitCPUAffinity(char** argv);
 void CmiInitCPUTopology(char** argv);
 int CmiSpanTreeParent(int pe);

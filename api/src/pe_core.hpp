@@ -130,6 +130,8 @@ public:
 
     std::uint32_t pe() const noexcept { return _pe; }
     std::uint32_t num_pes() const noexcept { return _num_pes; }
+    /// Each PE's host identity from the node table (index = PE); one entry for one PE.
+    const std::vector<std::uint64_t>& host_ids() const noexcept { return _host_ids; }
     scheduler& sched() noexcept { return *_sched; }
     machine& api() noexcept { return _machine; }
     double wall_time() const noexcept;
@@ -260,6 +262,13 @@ private:
     void start_trace(const std::string& backend);
     void stop_trace() noexcept;
     void start_networked(const net::launch_info& info);
+    /// Where this PE listens: loopback for a job on one host, else by NETWORK_INTERFACE.
+    struct data_address {
+        std::string ip;
+        std::string why;  // "eth0, the interface that reaches the launcher"
+        bool multi_host = false;
+    };
+    data_address choose_data_address(const net::launch_info& info) const;
     task<void> receive_loop();
     void on_frame(net::received r);
     void on_barrier_frame(std::uint32_t from, const net::frame& f);
@@ -340,6 +349,7 @@ private:
     start_options _opts;
     std::uint32_t _pe = 0;
     std::uint32_t _num_pes = 1;
+    std::vector<std::uint64_t> _host_ids;  // host identity per PE (node table)
     std::chrono::steady_clock::time_point _t0;
 
     std::unique_ptr<scheduler> _sched;
