@@ -251,9 +251,11 @@ void pe_core::start_networked(const net::launch_info& info) {
         cfg.peers.push_back(net::endpoint{e.ip, e.data_port});
         _host_ids.push_back(e.machine_id);
     }
-    cfg.address_note = where.multi_host ? "data addresses come from " +
-                                              net::interface_setting_text() + ", see docs/hosts.md"
-                                        : std::string();
+    if (where.multi_host)
+        cfg.address_note =
+            "each host picks its PEs' data addresses by NETWORK_INTERFACE (on "
+            "this host: " +
+            net::interface_setting_text() + "; see docs/hosts.md)";
     _mesh = std::make_unique<net::mesh>(*_backend, std::move(l.value), std::move(cfg));
     _rdma->attach(*_mesh);
     _mesh->on_peer_failure([this](std::uint32_t pe, const std::string& why) {

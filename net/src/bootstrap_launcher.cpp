@@ -29,9 +29,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
-#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -211,10 +211,10 @@ struct connection {
 struct pe_process {
     std::uint32_t pe = 0;
     pid_t pid = -1;
-    bool running = false;  // started and not yet reaped
-    bool ended = false;    // reaped for good (no retry follows), or never to start
-    std::size_t host = 0;  // remote starts: index into launch_options::hosts
-    std::uint32_t attempts = 0;                 // remote starts made so far
+    bool running = false;        // started and not yet reaped
+    bool ended = false;          // reaped for good (no retry follows), or never to start
+    std::size_t host = 0;        // remote starts: index into launch_options::hosts
+    std::uint32_t attempts = 0;  // remote starts made so far
     std::optional<clock::time_point> retry_at;  // remote: start again then
     bool registered = false;
     int wait_status = 0;
@@ -353,7 +353,8 @@ launcher::launcher(const launch_options& opts)
             _pes[i].host = placement[i];
             if (!is_loopback_host(_opts.hosts[placement[i]].name)) _multi_host = true;
         }
-        if (_opts.fan_out == 0) throw bootstrap_error(launcher_tag + "the fan-out must be 1 or more");
+        if (_opts.fan_out == 0)
+            throw bootstrap_error(launcher_tag + "the fan-out must be 1 or more");
     }
     _devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
@@ -410,7 +411,8 @@ void launcher::listen_for_registrations() {
         const auto candidates = local_interfaces();
         const auto c = choose_address(filter, candidates);
         if (!c) {
-            throw bootstrap_error(launcher_tag + "no address for the PEs on other hosts to reach: " +
+            throw bootstrap_error(launcher_tag +
+                                  "no address for the PEs on other hosts to reach: " +
                                   describe_no_address(filter, candidates));
         }
         _listen_ip = c->chosen.ip;
@@ -429,10 +431,10 @@ void launcher::listen_for_registrations() {
     if (::bind(_listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
         ::listen(_listen_fd, SOMAXCONN) != 0 ||
         ::getsockname(_listen_fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-        throw bootstrap_error(launcher_tag + "cannot listen on " + _listen_ip + " (" +
-                              _listen_why + "): " + std::strerror(errno) +
-                              (_multi_host ? "; check NETWORK_INTERFACE"
-                                           : "; is the loopback interface up?"));
+        throw bootstrap_error(
+            launcher_tag + "cannot listen on " + _listen_ip + " (" + _listen_why +
+            "): " + std::strerror(errno) +
+            (_multi_host ? "; check NETWORK_INTERFACE" : "; is the loopback interface up?"));
     }
     _port = ntohs(a.sin_port);
 }
@@ -696,8 +698,8 @@ int launcher::run() {
             cmd += (cmd.empty() ? "" : " ") + a;
         verbose("starting " + std::to_string(_n) + " PE" + (_n == 1 ? "" : "s") + ": " + cmd +
                 " (control socket " + control_address() + ", " + _listen_why + ", job key " +
-                hex16(_job_key) + ", registration timeout " +
-                seconds_text(_opts.register_timeout) + ")");
+                hex16(_job_key) + ", registration timeout " + seconds_text(_opts.register_timeout) +
+                ")");
     }
     _base_env = base_environment();
     const auto file = find_program(_opts.argv[0]);
@@ -851,7 +853,8 @@ void launcher::reap() {
             p->attempts < _opts.start_attempts) {
             // ssh's 255: it could not reach the host (or the wrapper said so). Try again
             // after a backoff that doubles; the PE itself never ran.
-            const auto wait = _opts.start_backoff * (1u << std::min<std::uint32_t>(p->attempts - 1, 10));
+            const auto wait =
+                _opts.start_backoff * (1u << std::min<std::uint32_t>(p->attempts - 1, 10));
             p->retry_at = clock::now() + wait;
             say("the remote shell for PE " + std::to_string(p->pe) + " on host " + host_name(*p) +
                 " exited with status 255; trying again in " + elapsed_text(wait) + " (attempt " +
@@ -872,10 +875,12 @@ void launcher::reap() {
                      ? " after " + std::to_string(p->attempts) + " attempt" +
                            (p->attempts == 1 ? "" : "s") +
                            ": the remote shell could not reach the host. Check the host name, "
-                           "that '" + _opts.remote_shell + " " + _opts.hosts[p->host].name +
+                           "that '" +
+                           _opts.remote_shell + " " + _opts.hosts[p->host].name +
                            " true' works without a password, or give ++remote-shell CMD"
                      : "; does the program exist at the same path there, and can that host "
-                       "reach " + control_address() + " (NETWORK_INTERFACE)?"));
+                       "reach " +
+                           control_address() + " (NETWORK_INTERFACE)?"));
             fail(clean ? 1 : exit_code_of(p->wait_status));
             failed = true;
         } else if (!p->registered) {
@@ -1340,8 +1345,7 @@ std::vector<nodelist_host> read_nodelist(const std::string& path, const std::str
             if (i > start) words.push_back(line.substr(start, i - start));
         }
         if (words.empty()) continue;
-        if (words[0] != "group" && words[0] != "host")
-            bad("unknown keyword '" + words[0] + "'");
+        if (words[0] != "group" && words[0] != "host") bad("unknown keyword '" + words[0] + "'");
         if (words.size() < 2) bad("'" + words[0] + "' needs a name");
         std::uint32_t cpus = 1;
         std::string shell;
@@ -1379,8 +1383,8 @@ std::vector<nodelist_host> read_nodelist(const std::string& path, const std::str
     return hosts;
 }
 
-std::vector<std::size_t> place_pes(const std::vector<nodelist_host>& hosts,
-                                   std::uint32_t num_pes, std::optional<std::uint32_t> ppn) {
+std::vector<std::size_t> place_pes(const std::vector<nodelist_host>& hosts, std::uint32_t num_pes,
+                                   std::optional<std::uint32_t> ppn) {
     std::vector<std::size_t> slots;
     for (std::size_t h = 0; h < hosts.size(); ++h)
         for (std::uint32_t i = 0; i < (ppn ? *ppn : hosts[h].cpus); ++i)

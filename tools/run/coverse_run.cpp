@@ -1,5 +1,6 @@
 // coverse-run: the launcher's command line — charmrun-compatible flags (+pN, +p N, ++local,
-// ++verbose, ++nodelist, ++nodegroup, ++remote-shell, ++ppn) plus --fan-out, -n, --prefix, --bind, --timeout, --set, --trace and the hang report's
+// ++verbose, ++nodelist, ++nodegroup, ++remote-shell, ++ppn) plus --fan-out, -n, --prefix, --bind,
+// --timeout, --set, --trace and the hang report's
 // --report-stuck-after, --json, --report-to, --dot — handed to net::run_job.
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>

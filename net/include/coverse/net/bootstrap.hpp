@@ -138,8 +138,8 @@ std::vector<nodelist_host> read_nodelist(const std::string& path,
 
 /// Where each PE runs: PE i takes the i-th slot, cycling over the hosts; a host has `ppn`
 /// slots when ppn is given, else its ++cpus. Index = PE, value = index into `hosts`.
-std::vector<std::size_t> place_pes(const std::vector<nodelist_host>& hosts,
-                                   std::uint32_t num_pes, std::optional<std::uint32_t> ppn);
+std::vector<std::size_t> place_pes(const std::vector<nodelist_host>& hosts, std::uint32_t num_pes,
+                                   std::optional<std::uint32_t> ppn);
 
 /// The launcher itself (coverse-run, and a program started directly with +pN which
 /// launches itself the same way).
