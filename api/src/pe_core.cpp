@@ -174,6 +174,9 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         _send_seq.assign(_num_pes, 0);
         _recv_seq.assign(_num_pes, 0);
     }
+    _grid.configure();
+    _latency.reset(_num_pes);  // unknown until a probe
+    if (settings::enabled("PROBE_CLUSTERS")) probe_latencies();
 
     if (_opts.set_affinity) {
         cpu_set_t allowed;

@@ -161,6 +161,12 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "state_request";
         case frame_type::state_reply:
             return "state_reply";
+        case frame_type::latency_ping:
+            return "latency_ping";
+        case frame_type::latency_pong:
+            return "latency_pong";
+        case frame_type::latency_table:
+            return "latency_table";
     }
     return "unknown";
 }
@@ -182,6 +188,9 @@ bool uses_tag(frame_type type) noexcept {
         case frame_type::scan_reply:
         case frame_type::state_request:
         case frame_type::state_reply:
+        case frame_type::latency_ping:
+        case frame_type::latency_pong:
+        case frame_type::latency_table:
             return true;
         default:
             return false;
@@ -247,6 +256,11 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::at_least, node_table_payload::wire_size};
         case frame_type::state_request:
             return {k::exact, state_request_payload::wire_size};
+        case frame_type::latency_ping:
+        case frame_type::latency_pong:
+            return {k::exact, 8};
+        case frame_type::latency_table:
+            return {k::exact, vector * limits.num_pes};
         default:
             return {k::any, 0};
     }

@@ -112,9 +112,14 @@ enum class frame_type : std::uint8_t {
     rdma_address = 24,     // rdma_address_payload prefix + the provider's address blob
     state_request = 25,    // state_request_payload (launcher -> PE, doctor channel); tag = id
     state_reply = 26,      // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
+    // Latency probing (api/src/latency.cpp): ping-pongs between PEs, then PE 0 sends every
+    // PE the whole table before the cluster_mapping.
+    latency_ping = 27,   // u64 the sender's own stamp, echoed back; tag = probe id
+    latency_pong = 28,   // the ping's 8 bytes, unchanged; tag = the ping's probe id
+    latency_table = 29,  // num_pes x num_pes u32 microseconds, row = from; tag = request id
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 26;
+inline constexpr std::uint8_t last_frame_type = 29;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
