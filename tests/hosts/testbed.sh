@@ -7,7 +7,13 @@
 # namespaces, then the bridge. Where namespaces cannot be made the test exits 77 (skip).
 #
 #   testbed_init NAME        unique prefix; skips (77) when namespaces cannot be made
-#   testbed_host H ADDR/LEN  namespace "$TB-H" with eth0 ADDR on the bridge, lo up
+#   testbed_host H ADDR/LEN [BRIDGE [GATEWAY]]
+#                            namespace "$TB-H" with eth0 ADDR on the bridge ("b", the
+#                            first; testbed_bridge makes more), lo up, and a default route
+#                            via GATEWAY when given
+#   testbed_bridge SUFFIX    another bridge, "$TB$SUFFIX"
+#   testbed_link H IF ADDR/LEN BRIDGE
+#                            one more interface IF in host H, on BRIDGE
 #   testbed_exec H CMD...    runs CMD in host H
 #   testbed_shell            the ++remote-shell value: "hosts_shell.sh PREFIX"
 #   testbed_left             prints the PIDs still running in any of our namespaces
@@ -16,6 +22,7 @@ set -u
 TB=""
 TB_HOSTS=()
 TB_LINKS=()
+TB_BRIDGES=()
 TB_DIR=""
 TB_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -26,7 +33,7 @@ testbed_cleanup() {
     done
     for h in "${TB_HOSTS[@]}"; do ip netns del "$TB-$h" 2>/dev/null; done
     for l in "${TB_LINKS[@]}"; do ip link del "$l" 2>/dev/null; done
-    [ -n "$TB" ] && ip link del "${TB}b" 2>/dev/null
+    for l in "${TB_BRIDGES[@]}"; do ip link del "$TB$l" 2>/dev/null; done
     [ -n "$TB_DIR" ] && rm -rf "$TB_DIR"
     return 0
 }
@@ -50,22 +57,35 @@ testbed_init() {
     ip netns del "$TB-probe"
     ip link add "${TB}b" type bridge 2>"$TB_DIR/err" ||
         testbed_skip "cannot make a bridge ($(cat "$TB_DIR/err"))"
+    TB_BRIDGES+=(b)
     ip link set "${TB}b" up
 }
 
-testbed_host() {
-    local h="$1" addr="$2" n="${#TB_HOSTS[@]}"
-    ip netns add "$TB-$h" || return 1
-    TB_HOSTS+=("$h")
+testbed_bridge() {
+    ip link add "$TB$1" type bridge || return 1
+    TB_BRIDGES+=("$1")
+    ip link set "$TB$1" up
+}
+
+testbed_link() {
+    local h="$1" ifname="$2" addr="$3" bridge="$4" n="${#TB_LINKS[@]}"
     ip link add "${TB}v$n" type veth peer name "${TB}p$n" || return 1
     TB_LINKS+=("${TB}v$n")
     ip link set "${TB}p$n" netns "$TB-$h" || return 1
-    ip -n "$TB-$h" link set "${TB}p$n" name eth0 || return 1
-    ip -n "$TB-$h" addr add "$addr" dev eth0 || return 1
-    ip -n "$TB-$h" link set eth0 up || return 1
-    ip -n "$TB-$h" link set lo up || return 1
-    ip link set "${TB}v$n" master "${TB}b" || return 1
+    ip -n "$TB-$h" link set "${TB}p$n" name "$ifname" || return 1
+    ip -n "$TB-$h" addr add "$addr" dev "$ifname" || return 1
+    ip -n "$TB-$h" link set "$ifname" up || return 1
+    ip link set "${TB}v$n" master "$TB$bridge" || return 1
     ip link set "${TB}v$n" up || return 1
+}
+
+testbed_host() {
+    local h="$1" addr="$2" bridge="${3:-b}" gateway="${4:-}"
+    ip netns add "$TB-$h" || return 1
+    TB_HOSTS+=("$h")
+    ip -n "$TB-$h" link set lo up || return 1
+    testbed_link "$h" eth0 "$addr" "$bridge" || return 1
+    if [ -n "$gateway" ]; then ip -n "$TB-$h" route add default via "$gateway" || return 1; fi
 }
 
 testbed_exec() {
