@@ -11,16 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static int block = 1;
-static int count_handler_id;
-static int done_handler_id;
-static int reported;
-static int failures_total;
+#include "gather_checks.h"
 
-typedef struct {
-    char header[CmiMsgHeaderSizeBytes];
-    int failures;
-} count_msg;
+static int block = 1;
 
 static int check_all(void) {
     int failures = 0;
@@ -47,17 +40,7 @@ static int check_all(void) {
     return failures;
 }
 
-static void done_handler(void* msg) {
-    CmiFree(msg);
-    CsdExitScheduler();
-}
-
-static void count_handler(void* msg) {
-    count_msg* m = (count_msg*)msg;
-    failures_total += m->failures;
-    CmiFree(m);
-    if (++reported < CmiNumPes()) return;
-    if (failures_total != 0) CmiAbort("clusters: %d checks failed", failures_total);
+static void print_table(void) {
     for (int p = 0; p < CmiNumPes(); ++p) {
         char line[4096];
         int used = 0;
@@ -66,9 +49,6 @@ static void count_handler(void* msg) {
         CmiPrintf("clusters: PE %d cluster %d latencies (us):%s\n", p, CmiGetCluster(p), line);
     }
     CmiPrintf("clusters: ok, %d PEs in clusters of %d\n", CmiNumPes(), block);
-    void* bye = CmiAlloc(CmiMsgHeaderSizeBytes);
-    CmiSetHandler(bye, done_handler_id);
-    CmiSyncBroadcastAllAndFree(CmiMsgHeaderSizeBytes, bye);
 }
 
 static void start(int argc, char** argv) {
@@ -76,17 +56,13 @@ static void start(int argc, char** argv) {
     const int probe = CmiGetArgFlagDesc(argv, "-probe", "call CmiProbeLatencies");
     CmiGetArgIntDesc(argv, "-block", &block, "PEs per cluster");
     if (block < 1) CmiAbort("clusters: -block must be at least 1");
-    count_handler_id = CmiRegisterHandler(count_handler);
-    done_handler_id = CmiRegisterHandler(done_handler);
+    gather_checks_init("clusters", print_table);
     if (probe) {
         if (CmiGetCluster(0) != -1 || CmiGetLatency(0, CmiNumPes() - 1) != LONG_MAX)
             CmiAbort("clusters: PE %d knows clusters before any probe", CmiMyPe());
         CmiProbeLatencies();
     }
-    count_msg* m = (count_msg*)CmiAlloc(sizeof(count_msg));
-    m->failures = check_all();
-    CmiSetHandler(m, count_handler_id);
-    CmiSyncSendAndFree(0, sizeof(count_msg), m);
+    gather_checks_send(check_all());
 }
 
 int main(int argc, char** argv) {

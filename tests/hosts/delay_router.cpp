@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
     while (!stop) {
         int timeout = -1;
         if (!held.empty()) {
-            const auto left = std::chrono::ceil<std::chrono::milliseconds>(held.front().due -
-                                                                           clock_type::now());
+            const auto left =
+                std::chrono::ceil<std::chrono::milliseconds>(held.front().due - clock_type::now());
             timeout = static_cast<int>(std::max<long long>(left.count(), 0));
         }
         pollfd p{fd, POLLIN, 0};

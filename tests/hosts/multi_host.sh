@@ -117,9 +117,11 @@ unreachable)
     make_hosts 3
     # h1 also has an address on a subnet nobody else routes to, and prefers it.
     ip -n "$TB-h1" addr add "10.98.$subnet.2/24" dev eth0 || fail "could not add an address"
-    export HOSTS_SHELL_ENV_h1="COVERSE_NETWORK_INTERFACE=10.98.$subnet.0/24"
-    testbed_exec h0 "$run" ++nodelist "$TB_DIR/nodes" ++remote-shell "$(testbed_shell)" \
-        ++ppn 1 +p3 --timeout 30 "$legacy/legacy_ring" ++set CONNECTION_TIMEOUT=3 >"$LOG" 2>&1
+    # PE 2 dials PE 1 and gives up after 3 s; PE 1 itself waits longer (its COVERSE_ beats
+    # the job's CMI_VMI_ spelling), so PE 2's report is the one that ends the job.
+    export HOSTS_SHELL_ENV_h1="COVERSE_NETWORK_INTERFACE=10.98.$subnet.0/24 COVERSE_CONNECTION_TIMEOUT=60"
+    CMI_VMI_CONNECTION_TIMEOUT=3 testbed_exec h0 "$run" ++nodelist "$TB_DIR/nodes" \
+        ++remote-shell "$(testbed_shell)" ++ppn 1 +p3 --timeout 30 "$legacy/legacy_ring" >"$LOG" 2>&1
     status=$?
     [ "$status" != 0 ] || fail "a job with an unreachable PE exited 0"
     grep -q "PE 1 (10.98.$subnet.2:[0-9]*): we could not connect to it (last attempt: Network is unreachable)" "$LOG" ||

@@ -10,17 +10,10 @@
 
 #include <stdlib.h>
 
+#include "gather_checks.h"
+
 static int hosts = 1;
 static int ppn = 1;
-static int done_handler_id;
-static int count_handler_id;
-static int reported;
-static int failures_total;
-
-typedef struct {
-    char header[CmiMsgHeaderSizeBytes];
-    int failures;
-} count_msg;
 
 static int check_all(void) {
     int failures = 0;
@@ -74,21 +67,8 @@ static int check_all(void) {
     return failures;
 }
 
-static void done_handler(void* msg) {
-    CmiFree(msg);
-    CsdExitScheduler();
-}
-
-static void count_handler(void* msg) {
-    count_msg* m = (count_msg*)msg;
-    failures_total += m->failures;
-    CmiFree(m);
-    if (++reported < CmiNumPes()) return;
-    if (failures_total != 0) CmiAbort("topology: %d checks failed", failures_total);
+static void print_ok(void) {
     CmiPrintf("topology: ok on %d PEs, %d hosts\n", CmiNumPes(), hosts);
-    void* bye = CmiAlloc(CmiMsgHeaderSizeBytes);
-    CmiSetHandler(bye, done_handler_id);
-    CmiSyncBroadcastAllAndFree(CmiMsgHeaderSizeBytes, bye);
 }
 
 static void start(int argc, char** argv) {
@@ -96,14 +76,11 @@ static void start(int argc, char** argv) {
     CmiGetArgIntDesc(argv, "-hosts", &hosts, "hosts the job runs on");
     CmiGetArgIntDesc(argv, "-ppn", &ppn, "PEs per host (blocks)");
     if (hosts < 1 || ppn < 1) CmiAbort("topology: -hosts and -ppn must be at least 1");
-    done_handler_id = CmiRegisterHandler(done_handler);
-    count_handler_id = CmiRegisterHandler(count_handler);
-    count_msg* m = (count_msg*)CmiAlloc(sizeof(count_msg));
-    m->failures = check_all();
+    gather_checks_init("topology", print_ok);
+    const int failures = check_all();
     CmiPrintf("topology: PE %d node %d rank %d\n", CmiMyPe(), CmiPhysicalNodeID(CmiMyPe()),
               CmiPhysicalRank(CmiMyPe()));
-    CmiSetHandler(m, count_handler_id);
-    CmiSyncSendAndFree(0, sizeof(count_msg), m);
+    gather_checks_send(failures);
 }
 
 int main(int argc, char** argv) {
