@@ -54,6 +54,7 @@ void pe_core::on_frame(net::received r) {
         case net::frame_type::latency_pong:
         case net::frame_type::latency_vector_request:
         case net::frame_type::latency_vector_reply:
+        case net::frame_type::latency_vector_minimum:
         case net::frame_type::latency_table:
         case net::frame_type::cluster_mapping:
             on_latency_frame(r.from, r.frame);

@@ -1,15 +1,18 @@
 // latency: CmiProbeLatencies, the collective that measures every PE's latency to every other
 // PE and builds the cluster map. Stages of one probe round (every PE calls it):
-//   ping    each PE ping-pongs every peer in turn over its connection (latency_ping /
-//           latency_pong, probe_samples each; a PE answers pings at any time, from its
-//           receive loop) and keeps the median round trip / 2 in µs: its latency vector;
+//   ping    each PE ping-pongs every peer over its connection (latency_ping / latency_pong;
+//           a warm-up round, then probe_samples rounds over all peers; a PE answers pings
+//           at any time, from its receive loop) and keeps the median round trip / 2 in µs
+//           for each peer: its latency vector;
 //   collect PE 0 asks every PE for its vector (latency_vector_request); a PE answers
-//           (latency_vector_reply) once its own pings are done, so an early request waits;
+//           (latency_vector_reply, the medians, then latency_vector_minimum, each pair's
+//           smallest sample) once its own pings are done, so an early request waits;
 //   map     PE 0 has the whole table, computes the clusters (compute_clusters with
-//           WAN_LATENCY) and sends every PE the table (latency_table), then the map
-//           (cluster_mapping); a PE's probe ends when the map arrives.
+//           WAN_LATENCY, over the smallest samples) and sends every PE the table (latency_table),
+//           then the map (cluster_mapping); a PE's probe ends when the map arrives.
 // A malformed or unexpected frame is reported with the PE that sent it and dropped; a peer
 // that dies ends the job like any lost peer. See docs/hosts.md.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -25,7 +28,7 @@ namespace coverse::detail {
 
 namespace {
 
-constexpr int probe_samples = 7;
+constexpr int probe_samples = 9;
 
 std::uint64_t now_ns() {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -91,10 +94,13 @@ task<void> pe_core::probe_round() {
     const std::uint32_t round = _probe.round;
     std::vector<std::uint32_t> own(_num_pes, latency_map::unknown);
     own[_pe] = 0;
-    for (std::uint32_t p = 0; p < _num_pes; ++p) {
-        if (p == _pe) continue;
-        std::vector<std::uint32_t> samples;
-        for (int k = 0; k < probe_samples; ++k) {
+    // Rounds over all peers rather than all samples of one peer at once: a burst of
+    // scheduling noise (a loaded machine) then spoils one sample of several peers, not
+    // every sample of one. Round 0 warms the path up (first-use costs) and is not counted.
+    std::vector<std::vector<std::uint32_t>> samples(_num_pes);
+    for (int k = 0; k <= probe_samples; ++k) {
+        for (std::uint32_t p = 0; p < _num_pes; ++p) {
+            if (p == _pe) continue;
             const std::uint64_t stamp = now_ns();
             _probe.waiting_pong = stamp;
             _probe.pong_from = p;
@@ -106,26 +112,39 @@ task<void> pe_core::probe_round() {
             while (!_probe.pong_in)
                 co_await waiting_for({wait_kind::reply, p, round, "latency probe: a pong"},
                                      _probe_waiters.wait());
-            samples.push_back(static_cast<std::uint32_t>(
-                std::min<std::uint64_t>((now_ns() - stamp + 1999) / 2000, 0xFFFF'FFFEu)));
+            if (k > 0)
+                samples[p].push_back(static_cast<std::uint32_t>(
+                    std::min<std::uint64_t>((now_ns() - stamp + 1999) / 2000, 0xFFFF'FFFEu)));
         }
-        own[p] = std::max<std::uint32_t>(median_of(samples), 1);
+    }
+    std::vector<std::uint32_t> own_min(own);
+    for (std::uint32_t p = 0; p < _num_pes; ++p) {
+        if (p == _pe) continue;
+        own[p] = std::max<std::uint32_t>(median_of(samples[p]), 1);
+        own_min[p] =
+            std::max<std::uint32_t>(*std::min_element(samples[p].begin(), samples[p].end()), 1);
     }
     for (std::uint32_t p = 0; p < _num_pes; ++p)
         _latency.table[static_cast<std::size_t>(_pe) * _num_pes + p] = own[p];
     _probe.own = own;
+    _probe.own_min = own_min;
     _probe.own_done = true;
 
     if (_pe == 0) {
         _probe.replies = 1;
+        _probe.minimums_in = 1;
+        _probe.minimums.assign(static_cast<std::size_t>(_num_pes) * _num_pes, latency_map::unknown);
+        std::copy(own_min.begin(), own_min.end(), _probe.minimums.begin());
         for (std::uint32_t p = 1; p < _num_pes; ++p)
             post_control(p, net::frame_type::latency_vector_request, round, {});
-        while (_probe.replies < _num_pes)
+        while (_probe.replies < _num_pes || _probe.minimums_in < _num_pes)
             co_await waiting_for({wait_kind::reply, no_peer, round, "latency probe: vectors"},
                                  _probe_waiters.wait());
         const auto wan = static_cast<std::uint32_t>(
             std::min<long long>(settings::duration("WAN_LATENCY").count(), 0xFFFF'FFFEll));
-        _latency.cluster = compute_clusters(_latency.table, _num_pes, wan);
+        // Clusters from each pair's smallest sample: a router's delay is a floor no sample
+        // goes below, while a loaded machine's scheduling only adds to some samples.
+        _latency.cluster = compute_clusters(_probe.minimums, _num_pes, wan);
         std::vector<std::uint32_t> map(_latency.cluster.begin(), _latency.cluster.end());
         const auto table = u32_bytes(_latency.table);
         const auto mapping = u32_bytes(map);
@@ -139,6 +158,7 @@ task<void> pe_core::probe_round() {
     if (_probe.request_pending) {
         _probe.request_pending = false;
         post_control(0, net::frame_type::latency_vector_reply, round, u32_bytes(own));
+        post_control(0, net::frame_type::latency_vector_minimum, round, u32_bytes(own_min));
     }
     while (!_probe.map_in)
         co_await waiting_for({wait_kind::reply, 0, round, "latency probe: the cluster map"},
@@ -178,6 +198,8 @@ void pe_core::on_latency_frame(std::uint32_t from, const net::frame& f) {
                 return;
             }
             post_control(0, net::frame_type::latency_vector_reply, tag, u32_bytes(_probe.own));
+            post_control(0, net::frame_type::latency_vector_minimum, tag,
+                         u32_bytes(_probe.own_min));
             return;
         case net::frame_type::latency_vector_reply: {
             if (_pe != 0 || tag != _probe.round) return unexpected("no probe asked for it");
@@ -185,6 +207,14 @@ void pe_core::on_latency_frame(std::uint32_t from, const net::frame& f) {
             for (std::uint32_t p = 0; p < _num_pes; ++p)
                 _latency.table[static_cast<std::size_t>(from) * _num_pes + p] = v[p];
             ++_probe.replies;
+            break;
+        }
+        case net::frame_type::latency_vector_minimum: {
+            if (_pe != 0 || tag != _probe.round) return unexpected("no probe asked for it");
+            const auto v = u32_values(payload);
+            for (std::uint32_t p = 0; p < _num_pes; ++p)
+                _probe.minimums[static_cast<std::size_t>(from) * _num_pes + p] = v[p];
+            ++_probe.minimums_in;
             break;
         }
         case net::frame_type::latency_table:

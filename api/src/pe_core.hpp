@@ -405,9 +405,12 @@ private:
     grid_queue _grid;
     struct probe_state {
         std::uint32_t round = 0;
-        bool own_done = false;           // our pings of this round are done
-        std::vector<std::uint32_t> own;  // our latency vector (µs)
-        std::uint64_t waiting_pong = 0;  // the stamp of the ping in flight
+        bool own_done = false;                // our pings of this round are done
+        std::vector<std::uint32_t> own;       // our latency vector (µs, medians)
+        std::vector<std::uint32_t> own_min;   // the smallest sample of each peer (µs)
+        std::vector<std::uint32_t> minimums;  // PE 0: num_pes x num_pes, what clusters use
+        std::uint32_t minimums_in = 0;        // PE 0: minimum vectors in (its own counts)
+        std::uint64_t waiting_pong = 0;       // the stamp of the ping in flight
         std::uint32_t pong_from = 0;
         bool pong_in = false;
         bool request_pending = false;  // PE 0 asked before our pings were done

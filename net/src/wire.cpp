@@ -167,6 +167,8 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "latency_pong";
         case frame_type::latency_table:
             return "latency_table";
+        case frame_type::latency_vector_minimum:
+            return "latency_vector_minimum";
     }
     return "unknown";
 }
@@ -191,6 +193,7 @@ bool uses_tag(frame_type type) noexcept {
         case frame_type::latency_ping:
         case frame_type::latency_pong:
         case frame_type::latency_table:
+        case frame_type::latency_vector_minimum:
             return true;
         default:
             return false;
@@ -261,6 +264,8 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::exact, 8};
         case frame_type::latency_table:
             return {k::exact, vector * limits.num_pes};
+        case frame_type::latency_vector_minimum:
+            return {k::exact, vector};
         default:
             return {k::any, 0};
     }

@@ -117,9 +117,10 @@ enum class frame_type : std::uint8_t {
     latency_ping = 27,   // u64 the sender's own stamp, echoed back; tag = probe id
     latency_pong = 28,   // the ping's 8 bytes, unchanged; tag = the ping's probe id
     latency_table = 29,  // num_pes x num_pes u32 microseconds, row = from; tag = request id
+    latency_vector_minimum = 30,  // num_pes x u32: the smallest sample (µs); tag = request id
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 29;
+inline constexpr std::uint8_t last_frame_type = 30;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
