@@ -71,8 +71,38 @@ int CmiNodeOf(int pe);
 int CmiRankOf(int pe);
 int CmiNodeFirst(int node);
 int CmiNumCores(void);
+/* Hosts ("physical nodes") from the node table's host identities; numbered in the order of
+   their first PE, so PE 0 is on physical node 0. See docs/hosts.md. */
+int CmiCpuTopologyEnabled(void);
 int CmiNumPhysicalNodes(void);
 int CmiPhysicalNodeID(int pe);
+int CmiNumPesOnPhysicalNode(int node);
+void CmiGetPesOnPhysicalNode(int node, int** pelist, int* num);
+int CmiPhysicalRank(int pe);
+int CmiGetFirstPeOnPhysicalNode(int node);
+int CmiPeOnSamePhysicalNode(int pe1, int pe2);
+
+/* ---- grids: latency probing, the cluster map, the grid queue (docs/hosts.md) ----------- */
+/* Collective: every PE calls it; each measures its latency to every other PE, PE 0 builds the
+   clusters (PEs within WAN_LATENCY µs, closed transitively) and every PE gets the result.
+   PROBE_CLUSTERS=1 runs it at start-up. */
+void CmiProbeLatencies(void);
+long CmiGetLatency(int pe1, int pe2); /* µs as pe1 measured it; LONG_MAX where unknown */
+int CmiGetCluster(int pe);            /* -1 where unknown */
+/* The object a message is for, right after the Converse header (the layout Charm++'s array
+   messages keep there): group id, index length in ints (1 to 3), the index. */
+typedef struct {
+    int gid;
+    int nInts;
+    int index[3];
+} CmiGridObjectHeader;
+void CmiGridQueueRegister(int gid, int nInts, int index1, int index2, int index3);
+void CmiGridQueueDeregister(int gid, int nInts, int index1, int index2, int index3);
+void CmiGridQueueDeregisterAll(void);
+int CmiGridQueueLookup(int gid, int nInts, int index1, int index2, int index3);
+int CmiGridQueueLookupMsg(char* msg);
+int CmiGridQueueGetInterval(void);
+int CmiGridQueueGetThreshold(void);
 void CmiInitCPUAffinity(char** argv);
 void CmiInitCPUTopology(char** argv);
 int CmiSpanTreeParent(int pe);

@@ -147,12 +147,7 @@ int CmiNumCores(void) {
     if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
     return 1;
 }
-int CmiNumPhysicalNodes(void) {
-    return 1;
-}  // coverse-run starts every PE on this host
-int CmiPhysicalNodeID(int) {
-    return 0;
-}
+// CmiNumPhysicalNodes and the rest of the host topology: physical_nodes.cpp.
 void CmiInitCPUAffinity(char** argv) {
     // +setcpuaffinity was consumed by ConverseInit and applied there; a program calling
     // this again with the flag still present gets the same placement.

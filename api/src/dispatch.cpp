@@ -50,6 +50,15 @@ void pe_core::on_frame(net::received r) {
         case net::frame_type::barrier:
             on_barrier_frame(r.from, r.frame);
             return;
+        case net::frame_type::latency_ping:
+        case net::frame_type::latency_pong:
+        case net::frame_type::latency_vector_request:
+        case net::frame_type::latency_vector_reply:
+        case net::frame_type::latency_vector_minimum:
+        case net::frame_type::latency_table:
+        case net::frame_type::cluster_mapping:
+            on_latency_frame(r.from, r.frame);
+            return;
         default:
             print("coverse: PE " + std::to_string(_pe) + " ignored a " +
                       std::string(net::frame_type_name(h.type)) + " frame from PE " +
@@ -107,8 +116,26 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
         alloc::msg_free(msg);
         return;
     }
-    _net_queue.push_back(msg);
+    // The grid queue: a message from another cluster for a registered border object goes
+    // ahead of every queued message that did not jump (in arrival order among those that did).
+    const int mine = _latency.cluster_of(static_cast<int>(_pe));
+    const int theirs = _latency.cluster_of(static_cast<int>(from));
+    if (_grid.enabled() && mine >= 0 && theirs >= 0 && mine != theirs &&
+        _grid.contains_message(msg, size)) {
+        _grid_ahead = std::min(_grid_ahead, _net_queue.size());
+        _net_queue.insert(_net_queue.begin() + static_cast<std::ptrdiff_t>(_grid_ahead), msg);
+        ++_grid_ahead;
+    } else {
+        _net_queue.push_back(msg);
+    }
     _sched->end_turn();  // the handler runs before the loop enters the kernel again
+}
+
+void* pe_core::pop_network() {
+    void* m = _net_queue.front();
+    _net_queue.pop_front();
+    if (_grid_ahead > 0) --_grid_ahead;
+    return m;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -116,8 +143,7 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
 
 void* pe_core::next_message() {
     if (!_net_queue.empty()) {
-        void* m = _net_queue.front();
-        _net_queue.pop_front();
+        void* m = pop_network();
         return m;
     }
     return _sched_queue.pop();
@@ -239,8 +265,7 @@ int pe_core::deliver_network(int max_msgs) {
     _sched->run_once();
     int n = 0;
     while (!_net_queue.empty() && (max_msgs <= 0 || n < max_msgs)) {
-        void* m = _net_queue.front();
-        _net_queue.pop_front();
+        void* m = pop_network();
         call_handler(m);
         ++n;
     }
@@ -268,8 +293,7 @@ void pe_core::deliver_specific(int handler) {
 void* pe_core::get_non_local() {
     _sched->run_once();
     if (_net_queue.empty()) return nullptr;
-    void* m = _net_queue.front();
-    _net_queue.pop_front();
+    void* m = pop_network();
     if (header_of(m)->flags & header_flag_traced_receive) {  // handed over: its handle ends
         header_of(m)->flags &= ~header_flag_traced_receive;
         trace::emit(trace::kind::handle_completed, receive_trace_id(header_of(m)->reserved));

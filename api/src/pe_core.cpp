@@ -19,6 +19,7 @@
 
 #include <coverse/alloc/config.hpp>
 #include <coverse/alloc/message.hpp>
+#include <coverse/net/interfaces.hpp>
 #include <coverse/runtime/settings.hpp>
 #include <coverse/runtime/sync_wait.hpp>
 #include <coverse/runtime/timer.hpp>
@@ -187,6 +188,9 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         _send_seq.assign(_num_pes, 0);
         _recv_seq.assign(_num_pes, 0);
     }
+    _grid.configure();
+    _latency.reset(_num_pes);  // unknown until a probe
+    if (settings::enabled("PROBE_CLUSTERS")) probe_latencies();
 
     if (_opts.set_affinity) {
         cpu_set_t allowed;
@@ -225,11 +229,12 @@ void pe_core::start_networked(const net::launch_info& info) {
     if (!_backend)
         throw std::runtime_error("coverse: PE " + std::to_string(_pe) +
                                  ": no network backend: " + _backend_why);
-    net::endpoint here{"127.0.0.1", 0};
+    const data_address where = choose_data_address(info);
+    net::endpoint here{where.ip, 0};
     auto l = _backend->listen(here);
     if (l.error)
-        throw std::runtime_error("coverse: PE " + std::to_string(_pe) +
-                                 ": cannot listen on 127.0.0.1: " + std::strerror(-l.error));
+        throw std::runtime_error("coverse: PE " + std::to_string(_pe) + ": cannot listen on " +
+                                 where.ip + " (" + where.why + "): " + std::strerror(-l.error));
     const std::uint16_t port = l.value->local().port;
 
     // The rdma layer is made before registering, so its rings exist before any peer can
@@ -248,12 +253,17 @@ void pe_core::start_networked(const net::launch_info& info) {
     // Under the CRM the trace starts with the rdma layer, after registration: no phase 1.
     const bool trace_registration = _rdma != nullptr;
     if (trace_registration) trace::emit(trace::kind::phase_begin, 1);
+    if (_opts.verbose)
+        print("coverse: PE " + std::to_string(_pe) + " listens on " + where.ip + ":" +
+                  std::to_string(port) + " (" + where.why + "); host identity " +
+                  net::local_host_identity().source + "\n",
+              true);
     std::vector<net::node_entry> table;
     if (_startup)
-        table = _startup->exchange(net::node_entry{_pe, "127.0.0.1", port, net::local_machine_id()},
+        table = _startup->exchange(net::node_entry{_pe, where.ip, port, net::local_machine_id()},
                                    timeout);
     else
-        table = _launcher->register_node(port, "127.0.0.1", timeout);
+        table = _launcher->register_node(port, where.ip, timeout);
     if (!_rdma) {
         _pe = _startup->pe().value_or(0);
         prepare_rdma();
@@ -272,8 +282,15 @@ void pe_core::start_networked(const net::launch_info& info) {
     // Payloads land in message memory: a standard frame's payload is the Converse message.
     cfg.payload_alloc.allocate = static_cast<void* (*)(std::size_t) noexcept>(&alloc::msg_alloc);
     cfg.payload_alloc.release = &alloc::msg_free;
-    for (const auto& e : table)
+    for (const auto& e : table) {
         cfg.peers.push_back(net::endpoint{e.ip, e.data_port});
+        _host_ids.push_back(e.machine_id);
+    }
+    if (where.multi_host)
+        cfg.address_note =
+            "each host picks its PEs' data addresses by NETWORK_INTERFACE (on "
+            "this host: " +
+            net::interface_setting_text() + "; see docs/hosts.md)";
     _mesh = std::make_unique<net::mesh>(*_backend, std::move(l.value), std::move(cfg));
     _rdma->attach(*_mesh);
     _mesh->on_peer_failure([this](std::uint32_t pe, const std::string& why) {
@@ -297,7 +314,33 @@ void pe_core::start_networked(const net::launch_info& info) {
             peers.push_back(rdma::peer_info{e.machine_id});
         _rdma->connect(peers);
         if (_opts.verbose && _pe == 0) print("coverse: protocols\n" + _rdma->describe(), true);
+        if (_opts.verbose) {
+            std::string paths;
+            for (std::uint32_t p = 0; p < _num_pes; ++p)
+                if (p != _pe)
+                    paths += "coverse: PE " + std::to_string(_pe) + " -> PE " + std::to_string(p) +
+                             ": " + _rdma->path_to(p) + "\n";
+            print(paths, true);
+        }
     }
+}
+
+pe_core::data_address pe_core::choose_data_address(const net::launch_info& info) const {
+    // A launcher on loopback means every PE is on its host: loopback only, whatever the
+    // interfaces. Otherwise the job spans hosts and NETWORK_INTERFACE picks the address.
+    if (net::is_loopback_host(info.launcher_host))
+        return {"127.0.0.1", "loopback: the job runs on one host", false};
+    // Under PMIx or the CRM there is no launcher connection to route from: those modes
+    // start single-host jobs for now (docs/startup.md).
+    if (!_launcher) return {"127.0.0.1", "loopback: PMIx and CRM jobs run on one host", false};
+    const auto filter = net::interface_filter_from_env();  // a bad value names itself
+    const auto candidates = net::local_interfaces();
+    const auto c = net::choose_address(filter, candidates, net::socket_local_ip(_launcher->fd()));
+    if (!c)
+        throw std::runtime_error("coverse: PE " + std::to_string(_pe) +
+                                 ": no address to listen on for a multi-host job: " +
+                                 net::describe_no_address(filter, candidates));
+    return {c->chosen.ip, c->chosen.name + ", " + c->why, true};
 }
 
 pe_core::~pe_core() {

@@ -41,6 +41,7 @@
 
 #include "cqs.hpp"
 #include "doctor.hpp"
+#include "grid.hpp"
 #include "spanning_tree.hpp"
 
 namespace coverse::detail {
@@ -137,6 +138,12 @@ public:
 
     std::uint32_t pe() const noexcept { return _pe; }
     std::uint32_t num_pes() const noexcept { return _num_pes; }
+    /// Each PE's host identity from the node table (index = PE); one entry for one PE.
+    const std::vector<std::uint64_t>& host_ids() const noexcept { return _host_ids; }
+    /// CmiProbeLatencies: a collective; every PE ends with the table and the cluster map.
+    void probe_latencies();  // latency.cpp
+    const latency_map& latencies() const noexcept { return _latency; }
+    grid_queue& grid() noexcept { return _grid; }
     scheduler& sched() noexcept { return *_sched; }
     machine& api() noexcept { return _machine; }
     double wall_time() const noexcept;
@@ -271,9 +278,23 @@ private:
     void start_trace(const std::string& backend);
     void stop_trace() noexcept;
     void start_networked(const net::launch_info& info);
+    /// Where this PE listens: loopback for a job on one host, else by NETWORK_INTERFACE.
+    struct data_address {
+        std::string ip;
+        std::string why;  // "eth0, the interface that reaches the launcher"
+        bool multi_host = false;
+    };
+    data_address choose_data_address(const net::launch_info& info) const;
     task<void> receive_loop();
     void on_frame(net::received r);
     void on_barrier_frame(std::uint32_t from, const net::frame& f);
+    // Latency probing (latency.cpp).
+    task<void> probe_round();
+    void on_latency_frame(std::uint32_t from, const net::frame& f);
+    void post_control(std::uint32_t pe, net::frame_type type, std::uint32_t tag,
+                      std::vector<std::byte> payload);
+    /// The front of the network queue; grid messages (dispatch.cpp) are counted out.
+    void* pop_network();
     void send_barrier_message(std::uint32_t to, internal_handler which, std::uint32_t epoch);
     bool take_barrier_message(void* msg, std::uint32_t from);
 
@@ -352,6 +373,7 @@ private:
     start_options _opts;
     std::uint32_t _pe = 0;
     std::uint32_t _num_pes = 1;
+    std::vector<std::uint64_t> _host_ids;  // host identity per PE (node table)
     std::chrono::steady_clock::time_point _t0;
 
     std::unique_ptr<scheduler> _sched;
@@ -396,6 +418,24 @@ private:
     std::vector<std::uint64_t> _running_receives;  // receive handles whose handler runs
 
     std::deque<void*> _net_queue;
+    std::size_t _grid_ahead = 0;  // messages at _net_queue's front that jumped it (grid queue)
+    latency_map _latency;
+    grid_queue _grid;
+    struct probe_state {
+        std::uint32_t round = 0;
+        bool own_done = false;                // our pings of this round are done
+        std::vector<std::uint32_t> own;       // our latency vector (µs, medians)
+        std::vector<std::uint32_t> own_min;   // the smallest sample of each peer (µs)
+        std::vector<std::uint32_t> minimums;  // PE 0: num_pes x num_pes, what clusters use
+        std::uint32_t minimums_in = 0;        // PE 0: minimum vectors in (its own counts)
+        std::uint64_t waiting_pong = 0;       // the stamp of the ping in flight
+        std::uint32_t pong_from = 0;
+        bool pong_in = false;
+        bool request_pending = false;  // PE 0 asked before our pings were done
+        std::uint32_t replies = 0;     // PE 0: vectors in (its own counts)
+        bool table_in = false, map_in = false;
+    } _probe;
+    wait_list _probe_waiters;
     priority_queue_cqs _sched_queue;
     bool _exit_requested = false;
     bool _idle = false;

@@ -3,6 +3,7 @@
 // print/error/scan, and abort with its acknowledgement.
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/detail/control_socket.hpp>
+#include <coverse/net/interfaces.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -21,7 +22,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 namespace coverse::net {
@@ -82,15 +82,6 @@ void write_own(int fd, std::string_view text) noexcept {
     }
 }
 
-std::uint64_t fnv1a(std::string_view text) noexcept {
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (char c : text) {
-        h ^= static_cast<unsigned char>(c);
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 std::span<const std::byte> as_bytes(std::string_view s) noexcept {
     return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
@@ -147,14 +138,7 @@ std::optional<launch_info> launch_info_from_env() {
 }
 
 std::uint64_t local_machine_id() {
-    for (const char* path : {"/etc/machine-id", "/var/lib/dbus/machine-id"}) {
-        std::ifstream in(path);
-        std::string id;
-        if (in >> id && !id.empty()) return fnv1a(id);
-    }
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) == 0) return fnv1a(host);
-    return 0;
+    return local_host_identity().id;  // HOST_ID, else machine id + network namespace
 }
 
 // ---------------------------------------------------------------------------------------

@@ -9,10 +9,12 @@
 // One single-threaded poll() loop over non-blocking sockets; SIGCHLD and the signals to
 // forward arrive through a signalfd, so a PE's death is seen as soon as the kernel reports it.
 #include <coverse/net/bootstrap.hpp>
+#include <coverse/net/interfaces.hpp>
 
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -27,6 +29,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
@@ -34,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <memory>
 
 #include "bootstrap_doctor.hpp"
@@ -207,7 +211,11 @@ struct connection {
 struct pe_process {
     std::uint32_t pe = 0;
     pid_t pid = -1;
-    bool running = false;  // started and not yet reaped
+    bool running = false;        // started and not yet reaped
+    bool ended = false;          // reaped for good (no retry follows), or never to start
+    std::size_t host = 0;        // remote starts: index into launch_options::hosts
+    std::uint32_t attempts = 0;  // remote starts made so far
+    std::optional<clock::time_point> retry_at;  // remote: start again then
     bool registered = false;
     int wait_status = 0;
     std::optional<clock::time_point> kill_at;  // SIGKILL then, if still running
@@ -236,7 +244,14 @@ public:
     std::uint64_t job_key() const noexcept { return _job_key; }
 
 private:
-    void listen_on_loopback();
+    void listen_for_registrations();
+    /// Remote starts: starts PEs (and due retries) while fewer than fan_out are starting.
+    void start_remote_pes();
+    /// Remote starts with ssh: every host name must resolve before anything starts.
+    void check_host_names() const;
+    std::string host_name(const pe_process& p) const;
+    std::vector<std::string> remote_argv(const pe_process& p, const std::string& program,
+                                         const std::vector<std::string>& env) const;
     void choose_cpus();
     std::vector<std::string> base_environment() const;
     /// 0, or the errno of a failed exec (the child is then reaped already).
@@ -280,7 +295,13 @@ private:
     decode_limits _limits;
     signal_guard _signals;
     int _listen_fd = -1;
+    std::string _listen_ip = "127.0.0.1";
+    std::string _listen_why = "loopback: every PE runs on this host";
     std::uint16_t _port = 0;
+    bool _remote = false;      // PEs start through the remote shell (++nodelist)
+    bool _multi_host = false;  // a host other than this one: not loopback
+    std::string _program;      // what the PEs run (remote: an absolute path)
+    std::vector<std::string> _base_env;
     int _devnull = -1;
     std::vector<pe_process> _pes;
     std::vector<std::unique_ptr<connection>> _conns;
@@ -325,6 +346,16 @@ launcher::launcher(const launch_options& opts)
     _pes.resize(_n);
     for (std::uint32_t i = 0; i < _n; ++i)
         _pes[i].pe = i;
+    if (!_opts.hosts.empty()) {
+        _remote = true;
+        const auto placement = place_pes(_opts.hosts, _n, _opts.ppn);
+        for (std::uint32_t i = 0; i < _n; ++i) {
+            _pes[i].host = placement[i];
+            if (!is_loopback_host(_opts.hosts[placement[i]].name)) _multi_host = true;
+        }
+        if (_opts.fan_out == 0)
+            throw bootstrap_error(launcher_tag + "the fan-out must be 1 or more");
+    }
     _devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
@@ -360,7 +391,7 @@ std::string launcher::pe_name(const pe_process& p) const {
 }
 
 std::string launcher::control_address() const {
-    return "127.0.0.1:" + std::to_string(_port);
+    return _listen_ip + ":" + std::to_string(_port);
 }
 
 std::size_t launcher::running_count() const {
@@ -368,7 +399,25 @@ std::size_t launcher::running_count() const {
         std::count_if(_pes.begin(), _pes.end(), [](const pe_process& p) { return p.running; }));
 }
 
-void launcher::listen_on_loopback() {
+void launcher::listen_for_registrations() {
+    if (_multi_host) {
+        // PEs on other hosts connect back to us: an address they reach, never loopback.
+        interface_filter filter;
+        try {
+            filter = interface_filter_from_env();
+        } catch (const std::invalid_argument& e) {
+            throw bootstrap_error(launcher_tag + e.what());
+        }
+        const auto candidates = local_interfaces();
+        const auto c = choose_address(filter, candidates);
+        if (!c) {
+            throw bootstrap_error(launcher_tag +
+                                  "no address for the PEs on other hosts to reach: " +
+                                  describe_no_address(filter, candidates));
+        }
+        _listen_ip = c->chosen.ip;
+        _listen_why = c->chosen.name + ", " + c->why;
+    }
     _listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (_listen_fd < 0) {
         throw bootstrap_error(launcher_tag +
@@ -376,14 +425,16 @@ void launcher::listen_on_loopback() {
     }
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // local jobs: loopback only
+    ::inet_pton(AF_INET, _listen_ip.c_str(), &a.sin_addr);  // local jobs: loopback only
     a.sin_port = 0;
     socklen_t len = sizeof a;
     if (::bind(_listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
         ::listen(_listen_fd, SOMAXCONN) != 0 ||
         ::getsockname(_listen_fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-        throw bootstrap_error(launcher_tag + "cannot listen on 127.0.0.1: " + std::strerror(errno) +
-                              "; is the loopback interface up?");
+        throw bootstrap_error(
+            launcher_tag + "cannot listen on " + _listen_ip + " (" + _listen_why +
+            "): " + std::strerror(errno) +
+            (_multi_host ? "; check NETWORK_INTERFACE" : "; is the loopback interface up?"));
     }
     _port = ntohs(a.sin_port);
 }
@@ -437,19 +488,34 @@ int launcher::spawn(pe_process& p, const std::string& file,
     // async-signal-safe calls.
     std::vector<std::string> env = base_env;
     env.push_back(std::string(pe_env) + "=" + std::to_string(p.pe));
-    if (std::string e = _doctor.prepare(p.pe); !e.empty()) env.push_back(std::move(e));
+    std::vector<std::string> args = _opts.argv;
+    if (_remote) {
+        // The remote shell runs here with our own environment; the PE's environment
+        // travels inside the command line it runs there. No doctor channel crosses hosts.
+        args = remote_argv(p, file, env);
+        env.clear();
+        for (char** e = environ; e != nullptr && *e != nullptr; ++e)
+            env.emplace_back(*e);
+    } else if (std::string e = _doctor.prepare(p.pe); !e.empty()) {
+        env.push_back(std::move(e));
+    }
     std::vector<char*> envp;
     for (auto& e : env)
         envp.push_back(e.data());
     envp.push_back(nullptr);
-    std::vector<std::string> args = _opts.argv;
     std::vector<char*> argv;
     for (auto& a : args)
         argv.push_back(a.data());
     argv.push_back(nullptr);
     cpu_set_t cpu;
     CPU_ZERO(&cpu);
-    if (p.cpu) CPU_SET(*p.cpu, &cpu);
+    if (p.cpu && !_remote) CPU_SET(*p.cpu, &cpu);
+    std::string exec_file = file;
+    if (_remote) {
+        const auto shell = find_program(args[0]);
+        if (!shell) return ENOENT;
+        exec_file = *shell;
+    }
 
     // The exec error, if any, comes back through a close-on-exec pipe: EOF means exec worked.
     int report[2];
@@ -472,11 +538,11 @@ int launcher::spawn(pe_process& p, const std::string& file,
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (::getppid() != parent) ::_exit(127);
         ::pthread_sigmask(SIG_SETMASK, &_signals.old_mask(), nullptr);
-        if (p.cpu) ::sched_setaffinity(0, sizeof cpu, &cpu);
+        if (p.cpu && !_remote) ::sched_setaffinity(0, sizeof cpu, &cpu);
         // Standard input belongs to the launcher: PEs read it through scan requests.
         if (_devnull >= 0) ::dup2(_devnull, STDIN_FILENO);
-        _doctor.in_child(p.pe);
-        ::execve(file.c_str(), argv.data(), envp.data());
+        if (!_remote) _doctor.in_child(p.pe);
+        ::execve(exec_file.c_str(), argv.data(), envp.data());
         const int e = errno;
         [[maybe_unused]] const auto ignored = ::write(report[1], &e, sizeof e);
         ::_exit(127);
@@ -495,43 +561,183 @@ int launcher::spawn(pe_process& p, const std::string& file,
         return exec_errno;
     }
     p.running = true;
-    verbose("PE " + std::to_string(p.pe) + " started, pid " + std::to_string(pid) +
-            (p.cpu ? ", bound to CPU " + std::to_string(*p.cpu) : std::string()));
+    if (_remote) {
+        verbose("PE " + std::to_string(p.pe) + " starting on host " + host_name(p) + " via '" +
+                args[0] + "', pid " + std::to_string(pid) + " (attempt " +
+                std::to_string(p.attempts) + " of " + std::to_string(_opts.start_attempts) + ")");
+    } else {
+        verbose("PE " + std::to_string(p.pe) + " started, pid " + std::to_string(pid) +
+                (p.cpu ? ", bound to CPU " + std::to_string(*p.cpu) : std::string()));
+    }
     return 0;
 }
 
+std::string launcher::host_name(const pe_process& p) const {
+    const nodelist_host& h = _opts.hosts[p.host];
+    return "'" + h.name + "' (" + h.origin + ")";
+}
+
+namespace {
+// One word for a POSIX shell: 'text', with each ' written as '\''.
+std::string shell_quoted(std::string_view text) {
+    std::string out = "'";
+    for (char c : text) {
+        if (c == '\'')
+            out += "'\\''";
+        else
+            out += c;
+    }
+    return out + "'";
+}
+
+std::vector<std::string> split_words(std::string_view text) {
+    std::vector<std::string> out;
+    std::size_t i = 0;
+    while (i < text.size()) {
+        while (i < text.size() && text[i] == ' ')
+            ++i;
+        const std::size_t start = i;
+        while (i < text.size() && text[i] != ' ')
+            ++i;
+        if (i > start) out.emplace_back(text.substr(start, i - start));
+    }
+    return out;
+}
+
+bool is_setting_variable(std::string_view entry) {
+    return entry.starts_with("COVERSE_") || entry.starts_with("CMI_VMI_");
+}
+}  // namespace
+
+// The remote shell's argv: the shell's words, the host, and one command line for the
+// remote /bin/sh: cd to our directory, then exec the program with the PE's environment.
+std::vector<std::string> launcher::remote_argv(const pe_process& p, const std::string& program,
+                                               const std::vector<std::string>& env) const {
+    const nodelist_host& h = _opts.hosts[p.host];
+    std::vector<std::string> argv = split_words(h.shell.empty() ? _opts.remote_shell : h.shell);
+    argv.push_back(h.name);
+    char cwd[4096] = {};
+    std::string line;
+    if (::getcwd(cwd, sizeof cwd - 1) != nullptr) line = "cd " + shell_quoted(cwd) + " && ";
+    line += "exec env";
+    for (const auto& e : env) {
+        const std::string_view name = std::string_view(e).substr(0, e.find('='));
+        if (!is_setting_variable(e) || name == doctor::channel_env) continue;
+        line += ' ';
+        line += shell_quoted(e);
+    }
+    line += ' ';
+    line += shell_quoted(program);
+    for (std::size_t i = 1; i < _opts.argv.size(); ++i) {
+        line += ' ';
+        line += shell_quoted(_opts.argv[i]);
+    }
+    argv.push_back(std::move(line));
+    return argv;
+}
+
+void launcher::check_host_names() const {
+    for (const nodelist_host& h : _opts.hosts) {
+        const auto words = split_words(h.shell.empty() ? _opts.remote_shell : h.shell);
+        if (words.empty()) {
+            throw bootstrap_error(launcher_tag + "the remote shell for host '" + h.name + "' (" +
+                                  h.origin + ") is empty; give ++remote-shell CMD");
+        }
+        // Only ssh takes DNS names; another remote shell may name hosts its own way.
+        const std::string_view shell = words[0];
+        if (shell != "ssh" && !shell.ends_with("/ssh")) continue;
+        addrinfo hints{};
+        hints.ai_family = AF_INET;
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* found = nullptr;
+        const int rc = ::getaddrinfo(h.name.c_str(), nullptr, &hints, &found);
+        if (found != nullptr) ::freeaddrinfo(found);
+        if (rc != 0) {
+            throw bootstrap_error(launcher_tag + "the nodelist " + h.origin + " names host '" +
+                                  h.name + "', which does not resolve (" + ::gai_strerror(rc) +
+                                  "); correct the name, add it to /etc/hosts, or give "
+                                  "++remote-shell for hosts that are not DNS names");
+        }
+    }
+}
+
+void launcher::start_remote_pes() {
+    if (!_remote || _phase == phase::stopping) return;
+    const auto now = clock::now();
+    std::size_t starting = static_cast<std::size_t>(std::count_if(
+        _pes.begin(), _pes.end(), [](const pe_process& p) { return p.running && !p.registered; }));
+    for (pe_process& p : _pes) {
+        if (starting >= _opts.fan_out) return;
+        if (p.running || p.ended || p.registered) continue;
+        if (p.retry_at && now < *p.retry_at) continue;
+        p.retry_at.reset();
+        ++p.attempts;
+        if (const int e = spawn(p, _program, _base_env); e != 0) {
+            const auto words = split_words(
+                _opts.hosts[p.host].shell.empty() ? _opts.remote_shell : _opts.hosts[p.host].shell);
+            say("cannot run the remote shell '" + (words.empty() ? std::string() : words[0]) +
+                "' for PE " + std::to_string(p.pe) + " on host " + host_name(p) + ": " +
+                std::strerror(e) + "; install it or give ++remote-shell CMD");
+            p.ended = true;
+            fail(127);
+            begin_stop("the remote shell could not be started");
+            return;
+        }
+        ++starting;
+    }
+}
+
 int launcher::run() {
-    listen_on_loopback();
-    choose_cpus();
+    if (_remote) check_host_names();
+    listen_for_registrations();
+    if (!_remote) choose_cpus();
     _start = clock::now();
     {
         std::string cmd;
         for (const auto& a : _opts.argv)
             cmd += (cmd.empty() ? "" : " ") + a;
         verbose("starting " + std::to_string(_n) + " PE" + (_n == 1 ? "" : "s") + ": " + cmd +
-                " (control socket " + control_address() + ", job key " + hex16(_job_key) +
-                ", registration timeout " + seconds_text(_opts.register_timeout) + ")");
+                " (control socket " + control_address() + ", " + _listen_why + ", job key " +
+                hex16(_job_key) + ", registration timeout " + seconds_text(_opts.register_timeout) +
+                ")");
     }
-    const auto base_env = base_environment();
+    _base_env = base_environment();
     const auto file = find_program(_opts.argv[0]);
     if (!file) {
         say("cannot run '" + _opts.argv[0] + "': no such program in PATH or the current directory");
         return 127;
     }
-    for (pe_process& p : _pes) {
-        if (const int e = spawn(p, *file, base_env); e != 0) {
-            say("cannot run '" + _opts.argv[0] + "' for PE " + std::to_string(p.pe) + ": " +
-                std::strerror(e));
-            fail(127);
-            begin_stop("the program could not be started");
-            break;
-        }
+    _program = *file;
+    if (_remote && !_program.starts_with("/")) {
+        // The remote hosts see the same file system (as with charmrun): an absolute path.
+        char cwd[4096] = {};
+        if (::getcwd(cwd, sizeof cwd - 1) != nullptr) _program = std::string(cwd) + "/" + _program;
     }
     _register_deadline = clock::now() + _opts.register_timeout;
+    if (_remote) {
+        start_remote_pes();
+    } else {
+        for (pe_process& p : _pes) {
+            if (const int e = spawn(p, _program, _base_env); e != 0) {
+                say("cannot run '" + _opts.argv[0] + "' for PE " + std::to_string(p.pe) + ": " +
+                    std::strerror(e));
+                fail(127);
+                begin_stop("the program could not be started");
+                break;
+            }
+        }
+        _register_deadline = clock::now() + _opts.register_timeout;
+    }
 
     std::vector<pollfd> fds;
     std::vector<connection*> polled;
-    while (running_count() > 0) {
+    auto unfinished = [&] {
+        if (running_count() > 0) return true;
+        if (!_remote || _phase == phase::stopping) return false;
+        return std::any_of(_pes.begin(), _pes.end(),
+                           [](const pe_process& p) { return !p.ended && !p.registered; });
+    };
+    while (unfinished()) {
         fds.clear();
         polled.clear();
         fds.push_back({_signals.fd(), POLLIN, 0});
@@ -565,6 +771,7 @@ int launcher::run() {
         }
         serve_scans();
         check_timers();
+        start_remote_pes();
         std::erase_if(_conns, [](const auto& c) { return c->dead; });
     }
     verbose("all PEs have ended; exit status " + std::to_string(_status));
@@ -576,6 +783,7 @@ int launcher::poll_timeout() const {
     if (_phase == phase::registering) next = _register_deadline;
     for (const pe_process& p : _pes) {
         if (p.running && p.kill_at && (!next || *p.kill_at < *next)) next = p.kill_at;
+        if (!p.running && p.retry_at && (!next || *p.retry_at < *next)) next = p.retry_at;
     }
     if (const auto d = _doctor.next_deadline(); d && (!next || *d < *next)) next = d;
     if (!next) return -1;
@@ -640,11 +848,42 @@ void launcher::reap() {
         if (p->conn != nullptr) close_connection(*p->conn);
         flush_partials(*p);
         const bool clean = WIFEXITED(p->wait_status) && WEXITSTATUS(p->wait_status) == 0;
+        const bool unreachable = WIFEXITED(p->wait_status) && WEXITSTATUS(p->wait_status) == 255;
+        if (_remote && !p->registered && unreachable && _phase == phase::registering &&
+            p->attempts < _opts.start_attempts) {
+            // ssh's 255: it could not reach the host (or the wrapper said so). Try again
+            // after a backoff that doubles; the PE itself never ran.
+            const auto wait =
+                _opts.start_backoff * (1u << std::min<std::uint32_t>(p->attempts - 1, 10));
+            p->retry_at = clock::now() + wait;
+            say("the remote shell for PE " + std::to_string(p->pe) + " on host " + host_name(*p) +
+                " exited with status 255; trying again in " + elapsed_text(wait) + " (attempt " +
+                std::to_string(p->attempts + 1) + " of " + std::to_string(_opts.start_attempts) +
+                ")");
+            continue;
+        }
+        p->ended = true;
         if (_phase == phase::stopping) {
             verbose(pe_name(*p) + " " + wait_text(p->wait_status));
             continue;
         }
-        if (!p->registered) {
+        if (!p->registered && _remote) {
+            why = pe_name(*p) + " on host " + host_name(*p) + " " + wait_text(p->wait_status) +
+                  " before registering with the launcher on " + control_address();
+            say(why +
+                (unreachable
+                     ? " after " + std::to_string(p->attempts) + " attempt" +
+                           (p->attempts == 1 ? "" : "s") +
+                           ": the remote shell could not reach the host. Check the host name, "
+                           "that '" +
+                           _opts.remote_shell + " " + _opts.hosts[p->host].name +
+                           " true' works without a password, or give ++remote-shell CMD"
+                     : "; does the program exist at the same path there, and can that host "
+                       "reach " +
+                           control_address() + " (NETWORK_INTERFACE)?"));
+            fail(clean ? 1 : exit_code_of(p->wait_status));
+            failed = true;
+        } else if (!p->registered) {
             why = pe_name(*p) + " " + wait_text(p->wait_status) +
                   " before registering with the launcher on " + control_address();
             say(why + "; is the program a coverse/Converse program?");
@@ -1036,7 +1275,10 @@ void launcher::begin_stop(std::string_view why, std::optional<std::uint32_t> abo
     const auto now = clock::now();
     std::size_t others = 0;
     for (pe_process& p : _pes) {
-        if (!p.running) continue;
+        if (!p.running) {
+            p.ended = true;  // a remote start not made (or its retry) never comes
+            continue;
+        }
         if (aborter && p.pe == *aborter) {
             p.kill_at = now + abort_grace;
             continue;
@@ -1072,6 +1314,86 @@ int run_job(const launch_options& opts) {
     const int status = l.run();
     remove_job_files(l.job_key());
     return status;
+}
+
+std::vector<nodelist_host> read_nodelist(const std::string& path, const std::string& group) {
+    std::ifstream in(path);
+    if (!in) {
+        throw bootstrap_error("coverse: cannot read the nodelist '" + path +
+                              "': " + std::strerror(errno) +
+                              "; give ++nodelist a file of 'group main' and 'host NAME' lines");
+    }
+    std::vector<nodelist_host> hosts;
+    std::string current = "main";
+    std::string group_shell;
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+        const std::string origin = path + ":" + std::to_string(number);
+        auto bad = [&](const std::string& why) {
+            throw bootstrap_error("coverse: nodelist " + origin + ": " + why +
+                                  "; lines are 'group NAME [++shell CMD]' and 'host NAME "
+                                  "[++cpus N] [++shell CMD]' (charmrun's format)");
+        };
+        if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+        std::vector<std::string> words;
+        for (std::size_t i = 0; i < line.size();) {
+            while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i])))
+                ++i;
+            const std::size_t start = i;
+            while (i < line.size() && !std::isspace(static_cast<unsigned char>(line[i])))
+                ++i;
+            if (i > start) words.push_back(line.substr(start, i - start));
+        }
+        if (words.empty()) continue;
+        if (words[0] != "group" && words[0] != "host") bad("unknown keyword '" + words[0] + "'");
+        if (words.size() < 2) bad("'" + words[0] + "' needs a name");
+        std::uint32_t cpus = 1;
+        std::string shell;
+        for (std::size_t i = 2; i < words.size(); ++i) {
+            const std::string& opt = words[i];
+            if (opt == "++cpus" && words[0] == "host") {
+                if (i + 1 >= words.size()) bad("++cpus needs a count");
+                const std::string& v = words[++i];
+                std::uint32_t n = 0;
+                const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+                if (ec != std::errc{} || end != v.data() + v.size() || n == 0 || n > 65536)
+                    bad("++cpus needs a count of 1 to 65536, not '" + v + "'");
+                cpus = n;
+            } else if (opt == "++shell") {
+                // The rest of the line is the command (it may have arguments of its own).
+                for (++i; i < words.size(); ++i)
+                    shell += (shell.empty() ? "" : " ") + words[i];
+                if (shell.empty()) bad("++shell needs a command");
+            } else {
+                bad("option '" + opt + "' is not supported by coverse-run");
+            }
+        }
+        if (words[0] == "group") {
+            current = words[1];
+            group_shell = shell;
+            continue;
+        }
+        if (current != group) continue;
+        hosts.push_back(nodelist_host{words[1], cpus, shell.empty() ? group_shell : shell, origin});
+    }
+    if (hosts.empty()) {
+        throw bootstrap_error("coverse: the nodelist '" + path + "' has no host in group '" +
+                              group + "'; add lines 'group " + group + "' and 'host NAME'");
+    }
+    return hosts;
+}
+
+std::vector<std::size_t> place_pes(const std::vector<nodelist_host>& hosts, std::uint32_t num_pes,
+                                   std::optional<std::uint32_t> ppn) {
+    std::vector<std::size_t> slots;
+    for (std::size_t h = 0; h < hosts.size(); ++h)
+        for (std::uint32_t i = 0; i < (ppn ? *ppn : hosts[h].cpus); ++i)
+            slots.push_back(h);
+    std::vector<std::size_t> out;
+    out.reserve(num_pes);
+    for (std::uint32_t pe = 0; pe < num_pes && !slots.empty(); ++pe)
+        out.push_back(slots[pe % slots.size()]);
+    return out;
 }
 
 std::optional<std::uint32_t> pe_count_in_args(const std::vector<std::string>& args) {

@@ -127,6 +127,7 @@ mesh::mesh(backend& b, std::unique_ptr<listener> l, mesh_config cfg)
     // holds them to MAX_MESSAGE itself, so its refusal can name the setting and the fix.
     _limits.num_pes = _cfg.num_pes;
     _conns.resize(_cfg.num_pes);
+    _dial_errors.assign(_cfg.num_pes, 0);
 }
 
 mesh::~mesh() = default;
@@ -259,7 +260,10 @@ task<void> mesh::establish() {
             if (!missing.empty()) missing += "; ";
             missing += peer_name(pe) + (pe < _cfg.rank ? ": we could not connect to it"
                                                        : ": it never connected to us");
+            if (pe < _dial_errors.size() && _dial_errors[pe] != 0)
+                missing += " (last attempt: " + errno_text(_dial_errors[pe]) + ")";
         }
+        if (!_cfg.address_note.empty()) missing += "; " + _cfg.address_note;
         throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) +
                          ": connection set-up timed out after " + seconds(limit) +
                          " (CONNECTION_TIMEOUT): " + missing +
@@ -348,6 +352,7 @@ task<void> mesh::dial(std::uint32_t pe) {
             break;
         }
         if (r.error == -ECANCELED) co_return;
+        _dial_errors[pe] = r.error;
         // Nobody listens yet (the PE is starting) or the network blinked: retry with
         // backoff until the set-up deadline cancels us.
         co_await sleep_for(delay);

@@ -170,6 +170,14 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "state_request";
         case frame_type::state_reply:
             return "state_reply";
+        case frame_type::latency_ping:
+            return "latency_ping";
+        case frame_type::latency_pong:
+            return "latency_pong";
+        case frame_type::latency_table:
+            return "latency_table";
+        case frame_type::latency_vector_minimum:
+            return "latency_vector_minimum";
     }
     return "unknown";
 }
@@ -191,6 +199,10 @@ bool uses_tag(frame_type type) noexcept {
         case frame_type::scan_reply:
         case frame_type::state_request:
         case frame_type::state_reply:
+        case frame_type::latency_ping:
+        case frame_type::latency_pong:
+        case frame_type::latency_table:
+        case frame_type::latency_vector_minimum:
             return true;
         default:
             return false;
@@ -258,6 +270,13 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::at_least, node_table_payload::wire_size};
         case frame_type::state_request:
             return {k::exact, state_request_payload::wire_size};
+        case frame_type::latency_ping:
+        case frame_type::latency_pong:
+            return {k::exact, 8};
+        case frame_type::latency_table:
+            return {k::exact, vector * limits.num_pes};
+        case frame_type::latency_vector_minimum:
+            return {k::exact, vector};
         default:
             return {k::any, 0};
     }

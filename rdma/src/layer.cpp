@@ -474,6 +474,15 @@ std::string layer::provider_summary() const {
     return out;
 }
 
+std::string layer::path_to(std::uint32_t pe) const {
+    const impl& m = *_impl;
+    if (pe >= m.peers.size() || pe == m.cfg.rank) return "this PE";
+    const peer& p = m.peers[pe];
+    return std::string(p.same_host ? "same host" : "other host") + ", stream by " +
+           (p.out_ring ? "shm ring" : "connection") + ", one-sided by " +
+           std::string(to_string(p.get_with));
+}
+
 std::string layer::describe() const {
     const impl& m = *_impl;
     std::string out;

@@ -87,7 +87,7 @@ TEST_F(settings_test, design_table_is_registered_with_its_defaults) {
              {"PROBE_CLUSTERS", vt::switch_, "off"},
              {"GRID_QUEUE", vt::switch_, "off"},
              {"GRID_QUEUE_MAXIMUM", vt::count, "100"},
-             {"GRID_QUEUE_INTERVAL", vt::microseconds, "0"},
+             {"GRID_QUEUE_INTERVAL", vt::count, "0"},  // a message count, as Charm++ uses it
              {"GRID_QUEUE_THRESHOLD", vt::count, "0"},
              {"BROADCAST_TREE", vt::switch_, "on"},
              {"TRACE", vt::string, ""},

@@ -1,5 +1,6 @@
 // coverse-run: the launcher's command line — charmrun-compatible flags (+pN, +p N, ++local,
-// ++verbose) plus -n, --prefix, --bind, --timeout, --set, --trace and the hang report's
+// ++verbose, ++nodelist, ++nodegroup, ++remote-shell, ++ppn) plus --fan-out, -n, --prefix, --bind,
+// --timeout, --set, --trace and the hang report's
 // --report-stuck-after, --json, --report-to, --dot — handed to net::run_job.
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>
@@ -19,14 +20,27 @@ namespace {
 constexpr const char* usage_text =
     R"(Usage: coverse-run [options] [--] program [arguments...]
 
-Starts one process per PE of a coverse/Converse program on this host and relays
-their output; the job ends when every PE has ended, or as soon as one fails.
+Starts one process per PE of a coverse/Converse program, on this host or on the
+hosts of a nodelist, and relays their output; the job ends when every PE has
+ended, or as soon as one fails.
 
 Options:
   -n N, +pN, +p N    number of PEs (default 1). Like charmrun, +pN or +p N among the
                      program's arguments sets it too (and is passed on unchanged).
-  ++local            accepted for charmrun compatibility: every PE runs on this host
-  -v, ++verbose      report start-up, registrations and exits on stderr
+  ++local            every PE runs on this host (a ++nodelist is then ignored)
+  ++nodelist FILE    start the PEs on the hosts of FILE (charmrun's format: lines
+                     'group main' and 'host NAME [++cpus N] [++shell CMD]'), each
+                     through the remote shell; PE i takes the i-th slot, cycling
+                     over the hosts. See docs/hosts.md
+  ++nodegroup NAME   the nodelist's group to use (default main)
+  ++remote-shell CMD how to run a command on a host: CMD HOST 'command line'
+                     (default ssh; split at spaces, e.g. "ssh -p 2222")
+  ++ppn N            N PEs on each host of the nodelist (instead of its ++cpus)
+  --fan-out N        at most N remote PEs starting at once (default 32); a remote
+                     shell that exits with 255 before its PE registered is retried
+                     (3 attempts, backoff from 0.25 s)
+  -v, ++verbose      report start-up, registrations and exits on stderr; every
+                     PE prints its address and its path to each peer
   --prefix           tag each output line with "[PE i] "
   --bind             pin PE i to CPU i mod (CPUs this launcher may use); the program
                      argument +setcpuaffinity does the same
@@ -107,6 +121,9 @@ struct command_line {
     std::optional<std::uint32_t> num_pes;
     std::optional<double> timeout_seconds;
     std::vector<std::string> sets;
+    std::string nodelist;
+    std::string nodegroup = "main";
+    bool local = false;
     bool help = false;
     bool version = false;
 };
@@ -142,7 +159,21 @@ command_line parse(int argc, char** argv) {
         } else if (a.starts_with("+p") && a.size() > 2 && a[2] >= '0' && a[2] <= '9') {
             cl.num_pes = pe_count("+p", a.substr(2));
         } else if (a == "++local") {
-            // Every PE runs on this host anyway.
+            cl.local = true;
+        } else if (a == "++nodelist" || a.starts_with("++nodelist=")) {
+            cl.nodelist = value(a, "++nodelist");
+            if (cl.nodelist.empty()) throw usage_error{"++nodelist needs a file"};
+        } else if (a == "++nodegroup" || a.starts_with("++nodegroup=")) {
+            cl.nodegroup = value(a, "++nodegroup");
+            if (cl.nodegroup.empty()) throw usage_error{"++nodegroup needs a group name"};
+        } else if (a == "++remote-shell" || a.starts_with("++remote-shell=")) {
+            cl.opts.remote_shell = value(a, "++remote-shell");
+            if (cl.opts.remote_shell.find_first_not_of(' ') == std::string::npos)
+                throw usage_error{"++remote-shell needs a command (e.g. ssh)"};
+        } else if (a == "++ppn" || a.starts_with("++ppn=")) {
+            cl.opts.ppn = pe_count("++ppn", value(a, "++ppn"));
+        } else if (a == "--fan-out" || a.starts_with("--fan-out=")) {
+            cl.opts.fan_out = pe_count("--fan-out", value(a, "--fan-out"));
         } else if (a == "++verbose" || a == "-v" || a == "--verbose") {
             cl.opts.verbose = true;
             cl.opts.extra_env.emplace_back("COVERSE_VERBOSE", "1");  // PE 0 prints its protocols
@@ -226,6 +257,16 @@ int main(int argc, char** argv) {
                               " among the program's arguments"};
         }
         cl.opts.num_pes = cl.num_pes ? *cl.num_pes : from_program.value_or(1);
+        if (!cl.nodelist.empty() && !cl.local) {
+            try {
+                cl.opts.hosts = coverse::net::read_nodelist(cl.nodelist, cl.nodegroup);
+            } catch (const coverse::net::bootstrap_error& e) {
+                throw usage_error{without_tag(e.what())};
+            }
+            cl.opts.nodelist_file = cl.nodelist;
+        } else if (cl.opts.ppn && !cl.local) {
+            throw usage_error{"++ppn places PEs on the hosts of a ++nodelist; give one"};
+        }
         for (const auto& s : cl.sets) {
             cl.opts.argv.emplace_back("++set");
             cl.opts.argv.push_back(s);

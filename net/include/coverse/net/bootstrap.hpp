@@ -120,6 +120,27 @@ private:
     std::uint32_t _next_scan = 1;
 };
 
+/// One host of a charmrun nodelist (`host NAME [++cpus N] [++shell CMD]`).
+struct nodelist_host {
+    std::string name;
+    std::uint32_t cpus = 1;  // slots: PEs placed here per round
+    std::string shell;       // ++shell: this host's remote shell ("" = the job's)
+    std::string origin;      // "nodes.txt:3", for error texts
+};
+
+/// Reads a charmrun nodelist: lines `group NAME [++shell CMD]` and `host NAME [++cpus N]
+/// [++shell CMD]`; blank lines and `#` comments are skipped; hosts before any `group` line
+/// belong to group main. Returns the hosts of `group` in file order. Throws bootstrap_error
+/// naming the file, the line and the fix (unreadable file, unknown keyword or option, a bad
+/// count, no host in the group).
+std::vector<nodelist_host> read_nodelist(const std::string& path,
+                                         const std::string& group = "main");
+
+/// Where each PE runs: PE i takes the i-th slot, cycling over the hosts; a host has `ppn`
+/// slots when ppn is given, else its ++cpus. Index = PE, value = index into `hosts`.
+std::vector<std::size_t> place_pes(const std::vector<nodelist_host>& hosts, std::uint32_t num_pes,
+                                   std::optional<std::uint32_t> ppn);
+
 /// The launcher itself (coverse-run, and a program started directly with +pN which
 /// launches itself the same way).
 struct launch_options {
@@ -135,6 +156,22 @@ struct launch_options {
     std::string timeout_setting = "CONNECTION_TIMEOUT";
     /// Hang reports: on SIGQUIT always; with stuck_after, also when the job stops moving.
     doctor::report_options report;
+
+    /// ++nodelist: the hosts to start PEs on, each through `remote_shell` (split at
+    /// spaces; the host name and one shell command line follow it). Empty: every PE is
+    /// forked on this host. A job naming a host other than localhost/127.x listens for
+    /// registrations on the address NETWORK_INTERFACE picks, not on loopback.
+    std::vector<nodelist_host> hosts;
+    std::string nodelist_file;  // for error texts
+    std::string remote_shell = "ssh";
+    std::optional<std::uint32_t> ppn;
+    /// Remote starts: at most this many PEs starting (started, not yet registered) at once.
+    std::uint32_t fan_out = 32;
+    /// Remote starts: a remote shell that exits with 255 (ssh's "could not connect") before
+    /// its PE registered is run again, up to this many attempts in all, after a backoff
+    /// that doubles from start_backoff.
+    std::uint32_t start_attempts = 3;
+    std::chrono::milliseconds start_backoff{250};
 };
 
 /// Runs the job to the end and returns the launcher's exit status: 0 when every PE

@@ -91,6 +91,9 @@ struct mesh_config {
     payload_allocator payload_alloc;
     /// The protocol version our hello announces (tests change it to prove refusal).
     std::uint32_t protocol_version = protocol_revision;
+    /// Appended to a set-up failure: how the peers' addresses were chosen (for a
+    /// multi-host job, the NETWORK_INTERFACE setting).
+    std::string address_note;
 };
 
 /// One frame received from a peer.
@@ -209,7 +212,8 @@ private:
     mesh_config _cfg;
     decode_limits _limits;
     std::vector<std::unique_ptr<connection>> _conns;  // by PE; null for ourselves
-    std::string _establish_error;                     // first set-up failure
+    std::vector<int> _dial_errors;  // by PE: the last failed connect (-errno), for the report
+    std::string _establish_error;   // first set-up failure
     task_scope _tasks{"mesh"};
 
     static std::byte* place_payload(void* connection, const frame_header& h) noexcept;

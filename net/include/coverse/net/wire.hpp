@@ -112,12 +112,20 @@ enum class frame_type : std::uint8_t {
     rdma_address = 24,     // rdma_address_payload prefix + the provider's address blob
     state_request = 25,    // state_request_payload (launcher -> PE, doctor channel); tag = id
     state_reply = 26,      // the PE's state, coverse/net/doctor.hpp (PE -> launcher); tag = id
-    eager_channel = 27,    // eager_channel_payload: an eager channel opens, closes or is refused
-    eager_data = 28,       // a message for the receiver's eager slots over a connection (spends
-                           // one of the sender's credits; the reader places it in a free slot)
+    // Latency probing (api/src/latency.cpp): ping-pongs between PEs, then PE 0 sends every
+    // PE the whole table before the cluster_mapping.
+    latency_ping = 27,   // u64 the sender's own stamp, echoed back; tag = probe id
+    latency_pong = 28,   // the ping's 8 bytes, unchanged; tag = the ping's probe id
+    latency_table = 29,  // num_pes x num_pes u32 microseconds, row = from; tag = request id
+    latency_vector_minimum = 30,  // num_pes x u32: the smallest sample (µs); tag = request id
+    // Eager channels (rdma/eager.hpp). eager_channel also travels in ring records, whose type
+    // field has 5 bits: it must stay below 32.
+    eager_channel = 31,  // eager_channel_payload: an eager channel opens, closes or is refused
+    eager_data = 32,     // a message for the receiver's eager slots over a connection (spends
+                         // one of the sender's credits; the reader places it in a free slot)
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 28;
+inline constexpr std::uint8_t last_frame_type = 32;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;

@@ -179,6 +179,9 @@ public:
     /// How providers are chosen, for the trace header: "auto: same host cma, other hosts
     /// tcp (verbs: no RDMA device)" or "forced: tcp (RDMA_PROVIDER)".
     std::string provider_summary() const;
+    /// The path to one peer, for ++verbose and the multi-host tests: "same host, stream by
+    /// shm ring, one-sided by cma" or "other host, stream by connection, one-sided by tcp".
+    std::string path_to(std::uint32_t pe) const;
 
     /// Counters, for tests and coverse-info.
     struct counters {

@@ -1,0 +1,168 @@
+#!/bin/bash
+# multi_host.sh: coverse-run across hosts on the test bed (testbed.sh: one network namespace
+# per host on a bridge, hosts_shell.sh as ++remote-shell). The launcher runs in host h0.
+#   multi_host.sh SCENARIO SUBNET COVERSE_RUN LEGACY_DIR HOSTS_DIR
+# SCENARIO:
+#   2x2, 3x2     H hosts x 2 PEs: ring, reduction, large_messages and topology pass; every
+#                pair of PEs on one host takes the shm ring + cma, every other pair the
+#                connection + tcp (from ++verbose), and each PE listens on its host's
+#                address, the launcher on h0's
+#   host_id      two hosts given one HOST_ID: one physical node, the same-host path
+#                between them (shared memory crosses network namespaces)
+#   unreachable  host h1 prefers an address the others cannot route to: the job stops
+#                with an error naming the PE, its address and NETWORK_INTERFACE
+#   bad_host     a nodelist host with no namespace: the remote shell exits 255, is tried
+#                3 times, then the error names the host; nothing is left running
+#   bad_shell    a remote shell that exits 1, one that does not exist: errors, statuses
+# SUBNET is the third octet of the scenario's 10.99.SUBNET.0/24 (one range per test).
+set -u
+scenario="$1"
+subnet="$2"
+run="$3"
+legacy="$4"
+here="$5"
+. "$(dirname "$0")/testbed.sh"
+testbed_init "hosts-$scenario"
+LOG="$TB_DIR/log"
+
+make_hosts() {
+    local i
+    for ((i = 0; i < $1; ++i)); do
+        testbed_host "h$i" "10.99.$subnet.$((i + 1))/24" || fail "could not make host h$i"
+    done
+    {
+        echo "group main"
+        for ((i = 0; i < $1; ++i)); do echo "host h$i"; done
+    } >"$TB_DIR/nodes"
+}
+
+# job PES PPN PROGRAM ARGS...: runs the job from h0 with ++verbose; status in $status.
+job() {
+    local pes="$1" ppn="$2"
+    shift 2
+    testbed_exec h0 "$run" ++verbose ++nodelist "$TB_DIR/nodes" ++remote-shell "$(testbed_shell)" \
+        ++ppn "$ppn" +p"$pes" --timeout 30 "$@" >"$LOG" 2>&1
+    status=$?
+}
+
+# check_paths PES PPN: the per-peer lines of ++verbose say same host exactly for PEs of one
+# host (blocks of PPN), and each PE listened on its host's address.
+check_paths() {
+    local pes="$1" ppn="$2" i j want line count=0
+    for ((i = 0; i < pes; ++i)); do
+        local addr="10.99.$subnet.$((i / ppn + 1))"
+        grep -q "^coverse: PE $i listens on $addr:[0-9]* (eth0, " "$LOG" ||
+            fail "PE $i did not listen on $addr (its host's eth0)"
+        for ((j = 0; j < pes; ++j)); do
+            [ "$i" = "$j" ] && continue
+            if [ $((i / ppn)) = $((j / ppn)) ]; then
+                want="same host, stream by shm ring, one-sided by cma"
+            else
+                want="other host, stream by connection, one-sided by tcp"
+            fi
+            line="coverse: PE $i -> PE $j: $want"
+            grep -qxF "$line" "$LOG" || fail "expected '$line'"
+            count=$((count + 1))
+        done
+    done
+    [ "$(grep -c '^coverse: PE [0-9]* -> PE ' "$LOG")" = "$count" ] ||
+        fail "expected $count per-peer path lines"
+    grep -q "control socket 10.99.$subnet.1:[0-9]*, eth0" "$LOG" ||
+        fail "the launcher did not listen on h0's address"
+}
+
+expect_ok() {
+    [ "$status" = 0 ] || fail "$1: exit status $status, expected 0"
+    grep -q "$2" "$LOG" || fail "$1: no '$2' in the output"
+}
+
+nothing_left() {
+    local left
+    left="$(testbed_left)"
+    [ -z "$left" ] || fail "processes left in the hosts: $left"
+}
+
+case "$scenario" in
+2x2 | 3x2)
+    hosts="${scenario%x2}"
+    pes=$((hosts * 2))
+    make_hosts "$hosts"
+    job "$pes" 2 "$legacy/legacy_ring" -laps 20
+    expect_ok ring "ring: 20 laps on $pes PEs ok"
+    check_paths "$pes" 2
+    job "$pes" 2 "$here/hosts_topology" -hosts "$hosts" -ppn 2
+    expect_ok topology "topology: ok on $pes PEs, $hosts hosts"
+    job "$pes" 2 "$legacy/legacy_reduction"
+    [ "$status" = 0 ] || fail "reduction: exit status $status"
+    job "$pes" 2 "$legacy/legacy_large_messages" -flag "$TB_DIR/large"
+    [ "$status" = 0 ] || fail "large_messages: exit status $status"
+    check_paths "$pes" 2
+    nothing_left
+    ;;
+host_id)
+    make_hosts 2
+    # One HOST_ID on both namespaces: coverse takes them for one host.
+    export HOSTS_SHELL_ENV_h0="COVERSE_HOST_ID=shared-box" HOSTS_SHELL_ENV_h1="COVERSE_HOST_ID=shared-box"
+    job 4 2 "$here/hosts_topology" -hosts 1 -ppn 4
+    expect_ok topology "topology: ok on 4 PEs, 1 hosts"
+    grep -qxF "coverse: PE 0 -> PE 3: same host, stream by shm ring, one-sided by cma" "$LOG" ||
+        fail "PEs of one HOST_ID in two namespaces did not take the same-host path"
+    grep -q "host identity HOST_ID=shared-box (COVERSE_HOST_ID)" "$LOG" ||
+        fail "++verbose did not say where the host identity came from"
+    job 4 2 "$legacy/legacy_ring" -laps 20
+    expect_ok ring "ring: 20 laps on 4 PEs ok"
+    nothing_left
+    ;;
+unreachable)
+    make_hosts 3
+    # h1 also has an address on a subnet nobody else routes to, and prefers it.
+    ip -n "$TB-h1" addr add "10.98.$subnet.2/24" dev eth0 || fail "could not add an address"
+    # PE 2 dials PE 1 and gives up after 3 s; PE 1 itself waits longer (its COVERSE_ beats
+    # the job's CMI_VMI_ spelling), so PE 2's report is the one that ends the job.
+    export HOSTS_SHELL_ENV_h1="COVERSE_NETWORK_INTERFACE=10.98.$subnet.0/24 COVERSE_CONNECTION_TIMEOUT=60"
+    CMI_VMI_CONNECTION_TIMEOUT=3 testbed_exec h0 "$run" ++nodelist "$TB_DIR/nodes" \
+        ++remote-shell "$(testbed_shell)" ++ppn 1 +p3 --timeout 30 "$legacy/legacy_ring" >"$LOG" 2>&1
+    status=$?
+    [ "$status" != 0 ] || fail "a job with an unreachable PE exited 0"
+    grep -q "PE 1 (10.98.$subnet.2:[0-9]*): we could not connect to it (last attempt: Network is unreachable)" "$LOG" ||
+        fail "the error does not name PE 1, its address and why"
+    grep -q "each host picks its PEs' data addresses by NETWORK_INTERFACE (on this host: NETWORK_INTERFACE (unset)" "$LOG" ||
+        fail "the error does not name the interface setting"
+    nothing_left
+    ;;
+bad_host)
+    make_hosts 2
+    printf 'group main\nhost h0\nhost nosuch\n' >"$TB_DIR/nodes"
+    testbed_exec h0 "$run" ++verbose ++nodelist "$TB_DIR/nodes" ++remote-shell "$(testbed_shell)" \
+        +p2 --timeout 30 "$legacy/legacy_ring" >"$LOG" 2>&1
+    status=$?
+    [ "$status" = 255 ] || fail "unknown host: exit status $status, expected 255"
+    [ "$(grep -c "no host 'nosuch'" "$LOG")" = 3 ] || fail "the remote shell was not tried 3 times"
+    grep -q "trying again in 0.250 s (attempt 2 of 3)" "$LOG" || fail "no first backoff"
+    grep -q "trying again in 0.500 s (attempt 3 of 3)" "$LOG" || fail "the backoff did not double"
+    grep -q "PE 1 of 2 (pid [0-9]*) on host 'nosuch' ($TB_DIR/nodes:3) exited with status 255 .*after 3 attempts: the remote shell could not reach the host" "$LOG" ||
+        fail "the error does not name the host and the cause"
+    nothing_left
+    ;;
+bad_shell)
+    make_hosts 2
+    testbed_exec h0 "$run" ++nodelist "$TB_DIR/nodes" ++remote-shell false +p2 --timeout 30 \
+        "$legacy/legacy_ring" >"$LOG" 2>&1
+    status=$?
+    [ "$status" = 1 ] || fail "remote shell 'false': exit status $status, expected 1"
+    # Whichever PE ends first names its host; the other one is then stopped.
+    grep -q "on host 'h[01]' ($TB_DIR/nodes:[23]) exited with status 1 before registering" "$LOG" ||
+        fail "remote shell 'false': the error does not name the host"
+    testbed_exec h0 "$run" ++nodelist "$TB_DIR/nodes" ++remote-shell /nonexistent/rsh +p2 \
+        "$legacy/legacy_ring" >"$LOG" 2>&1
+    status=$?
+    [ "$status" = 127 ] || fail "a missing remote shell: exit status $status, expected 127"
+    grep -q "cannot run the remote shell '/nonexistent/rsh' for PE 0 on host 'h0'" "$LOG" ||
+        fail "a missing remote shell: no error naming it"
+    nothing_left
+    ;;
+*)
+    fail "unknown scenario '$scenario'"
+    ;;
+esac
+echo "multi_host $scenario: ok"
