@@ -203,6 +203,10 @@ task<std::int64_t> machine::reduce_sum(std::int64_t value) {
 namespace {
 task<void> run_entry(std::function<task<void>(machine&)>* entry, machine* m, int* status,
                      bool* done) {
+    // Messages that came in while the PE started wait in the network queue until here; the
+    // entry runs from its first statement to its first suspension before schedule() looks
+    // at them, so the streams and handlers it registers there are in place.
+    m->core().hold_deliveries(false);
     try {
         co_await (*entry)(*m);
     } catch (const std::exception& e) {
@@ -225,6 +229,7 @@ int run(int argc, char** argv, std::function<task<void>(machine&)> entry) {
     int status = 0;
     bool done = false;
     machine& m = slot->api();
+    slot->hold_deliveries(true);
     slot->sched().spawn(run_entry(&entry, &m, &status, &done), "coverse::run entry");
     while (!done)
         slot->schedule(-1, false);

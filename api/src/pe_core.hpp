@@ -169,6 +169,10 @@ public:
     // ---- scheduling --------------------------------------------------------------------
     int schedule(int max_msgs, bool poll_only);
     void exit_scheduler() noexcept { _exit_requested = true; }
+    /// While held, schedule() keeps polling but calls no handler: coverse::run holds
+    /// deliveries until its entry coroutine has started (its first statements register the
+    /// streams), as ConverseInit calls the start function before its scheduler loop.
+    void hold_deliveries(bool held) noexcept { _deliveries_held = held; }
     bool enqueue(void* msg, int strategy, int priobits, const void* prio);
     std::size_t queue_length() const noexcept { return _sched_queue.size(); }
     int deliver_network(int max_msgs);
@@ -380,6 +384,7 @@ private:
     std::deque<void*> _net_queue;
     priority_queue_cqs _sched_queue;
     bool _exit_requested = false;
+    bool _deliveries_held = false;
     bool _idle = false;
 
     std::uint32_t _barrier_epoch = 0;
