@@ -66,6 +66,8 @@ enum class internal_handler : std::uint32_t {
     qd_done,          // quiescence: detected; raise CcdQUIESCENCE
     cpm_enqueue,      // Cpm: a CpmEnqueue* message goes into the Csd queue (cpm.cpp)
     cpm_thread,       // Cpm: a CpmMakeThread message runs in a new Cth thread
+    stream_credit,    // coroutine API: a receiver returns credits of a bounded stream
+    coro_collective,  // coroutine API: a typed collective's message (coro_collectives.cpp)
 };
 
 /// What a pup_er points at: coverse sizes and packs (reductions of structs), never unpacks.
@@ -77,6 +79,10 @@ struct pup_cursor {
 
 /// Header flag: the message's receive handle is traced; `reserved` holds its index.
 inline constexpr std::uint32_t header_flag_traced_receive = 0x1;
+/// Header flag: a coroutine send holding a credit of a bounded stream (coverse.cpp); the
+/// sending PE is in the flags' bits from header_source_shift up.
+inline constexpr std::uint32_t header_flag_stream_credit = 0x2;
+inline constexpr std::uint32_t header_source_shift = 8;
 /// Trace ids: send handles are (generation << 32 | slot); receive handles and broadcast
 /// forwards have their own id spaces, marked by the top bits.
 inline constexpr std::uint64_t receive_trace_id(std::uint32_t index) noexcept {
@@ -132,6 +138,8 @@ public:
     std::uint32_t num_pes() const noexcept { return _num_pes; }
     scheduler& sched() noexcept { return *_sched; }
     machine& api() noexcept { return _machine; }
+    /// The one-sided layer; null on a job of one PE.
+    rdma::layer* rdma() noexcept { return _rdma.get(); }
     double wall_time() const noexcept;
 
     // ---- handlers ------------------------------------------------------------------
