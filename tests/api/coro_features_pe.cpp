@@ -81,16 +81,9 @@ struct streams {
 coverse::task<void> sends(coverse::machine& m, streams st) {
     auto& ring = *st.ring;
     auto& big = *st.big;
-    auto& quiet = *st.quiet;
-    auto& self = *st.self;
-    auto& bounded = *st.bounded;
-    auto& late = *st.late;
-    const int stopper = st.stopper;
-    (void)ring, (void)big, (void)quiet, (void)self, (void)bounded, (void)late, (void)stopper;
     const std::uint32_t me = m.pe(), n = m.num_pes();
     const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
     const int pe = static_cast<int>(me);
-    (void)next, (void)prev, (void)pe;
     {
         coverse::message msg =
             coverse::message::allocate(ring.handler(), 4 * sizeof(std::uint32_t));
@@ -144,17 +137,9 @@ coverse::task<void> sends(coverse::machine& m, streams st) {
 // error paths
 coverse::task<void> errors(coverse::machine& m, streams st) {
     auto& ring = *st.ring;
-    auto& big = *st.big;
-    auto& quiet = *st.quiet;
-    auto& self = *st.self;
-    auto& bounded = *st.bounded;
-    auto& late = *st.late;
-    const int stopper = st.stopper;
-    (void)ring, (void)big, (void)quiet, (void)self, (void)bounded, (void)late, (void)stopper;
     const std::uint32_t me = m.pe(), n = m.num_pes();
-    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const std::uint32_t next = (me + 1) % n;
     const int pe = static_cast<int>(me);
-    (void)next, (void)prev, (void)pe;
     {
         bool threw = false;
         try {
@@ -182,18 +167,11 @@ coverse::task<void> errors(coverse::machine& m, streams st) {
 
 // timeouts and cancellation
 coverse::task<void> cancellation(coverse::machine& m, streams st) {
-    auto& ring = *st.ring;
-    auto& big = *st.big;
     auto& quiet = *st.quiet;
     auto& self = *st.self;
-    auto& bounded = *st.bounded;
-    auto& late = *st.late;
     const int stopper = st.stopper;
-    (void)ring, (void)big, (void)quiet, (void)self, (void)bounded, (void)late, (void)stopper;
-    const std::uint32_t me = m.pe(), n = m.num_pes();
-    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const std::uint32_t me = m.pe();
     const int pe = static_cast<int>(me);
-    (void)next, (void)prev, (void)pe;
     {
         // Nothing comes: the timeout says so, and nothing is taken.
         auto r = co_await quiet.next(5ms);
@@ -241,17 +219,9 @@ coverse::task<void> cancellation(coverse::machine& m, streams st) {
 // when_all over sends and receives
 coverse::task<void> when_all_test(coverse::machine& m, streams st) {
     auto& ring = *st.ring;
-    auto& big = *st.big;
-    auto& quiet = *st.quiet;
-    auto& self = *st.self;
-    auto& bounded = *st.bounded;
-    auto& late = *st.late;
-    const int stopper = st.stopper;
-    (void)ring, (void)big, (void)quiet, (void)self, (void)bounded, (void)late, (void)stopper;
     const std::uint32_t me = m.pe(), n = m.num_pes();
     const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
     const int pe = static_cast<int>(me);
-    (void)next, (void)prev, (void)pe;
     {
         auto [a, b, got] =
             co_await coverse::when_all(m.send_value(next, ring.handler(), me),
@@ -266,18 +236,10 @@ coverse::task<void> when_all_test(coverse::machine& m, streams st) {
 
 // bounded stream: capacity 2 per sender
 coverse::task<void> bounded_test(coverse::machine& m, streams st) {
-    auto& ring = *st.ring;
-    auto& big = *st.big;
-    auto& quiet = *st.quiet;
-    auto& self = *st.self;
     auto& bounded = *st.bounded;
-    auto& late = *st.late;
-    const int stopper = st.stopper;
-    (void)ring, (void)big, (void)quiet, (void)self, (void)bounded, (void)late, (void)stopper;
     const std::uint32_t me = m.pe(), n = m.num_pes();
-    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const std::uint32_t next = (me + 1) % n;
     const int pe = static_cast<int>(me);
-    (void)next, (void)prev, (void)pe;
     {
         co_await m.barrier();
         int sent = 0;
@@ -299,19 +261,9 @@ coverse::task<void> bounded_test(coverse::machine& m, streams st) {
 }
 
 // typed collectives
-coverse::task<void> collectives(coverse::machine& m, streams st) {
-    auto& ring = *st.ring;
-    auto& big = *st.big;
-    auto& quiet = *st.quiet;
-    auto& self = *st.self;
-    auto& bounded = *st.bounded;
-    auto& late = *st.late;
-    const int stopper = st.stopper;
-    (void)ring, (void)big, (void)quiet, (void)self, (void)bounded, (void)late, (void)stopper;
+coverse::task<void> collectives(coverse::machine& m, streams) {
     const std::uint32_t me = m.pe(), n = m.num_pes();
-    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
     const int pe = static_cast<int>(me);
-    (void)next, (void)prev, (void)pe;
     {
         const stats mine{me + 1, static_cast<std::int32_t>(me), static_cast<std::int32_t>(me)};
         const auto at_root = co_await m.reduce(mine, merge_stats, n - 1);
@@ -344,20 +296,68 @@ coverse::task<void> collectives(coverse::machine& m, streams st) {
     }
 }
 
-// the machine's scope: the job waits for a task started here
-coverse::task<void> scope_test(coverse::machine& m, streams st) {
-    auto& ring = *st.ring;
-    auto& big = *st.big;
-    auto& quiet = *st.quiet;
-    auto& self = *st.self;
-    auto& bounded = *st.bounded;
-    auto& late = *st.late;
-    const int stopper = st.stopper;
-    (void)ring, (void)big, (void)quiet, (void)self, (void)bounded, (void)late, (void)stopper;
+// one-sided memory: get and put over the provider that reaches each PE, and error paths
+coverse::task<void> onesided(coverse::machine& m, streams) {
     const std::uint32_t me = m.pe(), n = m.num_pes();
     const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
     const int pe = static_cast<int>(me);
-    (void)next, (void)prev, (void)pe;
+    std::vector<std::uint32_t> mem(2048);
+    for (std::size_t i = 0; i < 1024; ++i)
+        mem[i] = me * 1'000'000 + static_cast<std::uint32_t>(i);
+    coverse::exposed_region region = co_await m.expose(std::as_writable_bytes(std::span(mem)));
+    const auto all = co_await m.allgather(region.descriptor());
+    EXPECT(all[next].pe == next && all[next].length == mem.size() * 4, "descriptors", pe);
+
+    // get the next PE's first half; put mine into the previous PE's second half.
+    std::vector<std::uint32_t> got(1024);
+    co_await m.get(next, all[next].slice(0, 4096), std::as_writable_bytes(std::span(got)));
+    for (std::size_t i = 0; i < got.size(); ++i)
+        EXPECT(got[i] == next * 1'000'000 + i, "get: word %zu is %u", pe, i, got[i]);
+    co_await m.put(prev, std::as_bytes(std::span(mem).first(1024)), all[prev].slice(4096, 4096));
+    co_await m.barrier();  // every put completed before its PE reached the barrier
+    for (std::size_t i = 0; i < 1024; ++i)
+        EXPECT(mem[1024 + i] == next * 1'000'000 + i, "put: word %zu is %u", pe, i, mem[1024 + i]);
+
+    auto throws = [](auto&& f) {
+        try {
+            f();
+        } catch (const std::exception&) {
+            return true;
+        }
+        return false;
+    };
+    EXPECT(throws([&] { (void)all[next].slice(4000, 8192); }), "slice past the end", pe);
+    bool threw = false;
+    if (n > 2) {  // on 1 or 2 PEs, prev == next
+        try {
+            co_await m.get(prev, all[next], std::as_writable_bytes(std::span(got)));
+        } catch (const std::invalid_argument&) {
+            threw = true;
+        }
+        EXPECT(threw, "a get naming the wrong PE must throw", pe);
+    }
+    threw = false;
+    std::vector<std::byte> too_big(all[next].length + 1);
+    try {
+        co_await m.get(next, all[next], too_big);
+    } catch (const std::out_of_range&) {
+        threw = true;
+    }
+    EXPECT(threw, "a get larger than the region must throw", pe);
+    threw = false;
+    try {
+        (void)co_await m.expose({});
+    } catch (const std::invalid_argument&) {
+        threw = true;
+    }
+    EXPECT(threw, "exposing nothing must throw", pe);
+    co_await m.barrier();  // nobody reads `mem` any more
+}
+
+// the machine's scope: the job waits for a task started here
+coverse::task<void> scope_test(coverse::machine& m, streams st) {
+    auto& late = *st.late;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
     m.spawn(late_ring(m, late), "late ring");
     if (me == 0) CmiPrintf("coro_features: %u PEs ok\n", n);
     co_return;
@@ -381,6 +381,7 @@ coverse::task<void> entry(coverse::machine& m) {
     co_await when_all_test(m, st);
     co_await bounded_test(m, st);
     co_await collectives(m, st);
+    co_await onesided(m, st);
     co_await scope_test(m, st);
 }
 
