@@ -81,61 +81,56 @@ void check_transfer(const machine& m, const char* what, std::uint32_t pe,
                                 std::to_string(pe) + "'s region of " +
                                 std::to_string(remote.length) + " bytes (use slice())");
 }
+
+// One get or put: this PE's own memory is copied; a peer's goes over its provider.
+task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::byte> local,
+                    remote_region remote) {
+    const char* what = is_get ? "get" : "put";
+    check_transfer(m, what, pe, remote, local.size());
+    if (local.empty()) co_return;
+    auto* remote_bytes = reinterpret_cast<std::byte*>(remote.address);
+    if (pe == m.pe()) {
+        if (is_get)
+            std::memmove(local.data(), remote_bytes, local.size());
+        else
+            std::memmove(remote_bytes, local.data(), local.size());
+        co_return;
+    }
+    rdma::layer* l = m.core().rdma();
+    rdma::provider* p = l ? rdma::provider_to(*l, pe) : nullptr;
+    const std::string op = std::string("coverse::machine::") + what + (is_get ? " from" : " to") +
+                           " PE " + std::to_string(pe);
+    if (!p) throw std::runtime_error(op + ": no provider reaches it");
+    const unsigned k = index_of(p->kind());
+    const std::string via = std::string(rdma::to_string(p->kind()));
+    if (!(remote.providers & (1u << k)))
+        throw std::runtime_error(op + ": the region was not exposed to the " + via + " provider");
+    const rdma::remote_memory rm{remote.address, remote.keys[k], remote.length};
+    // Two statements, not one ?: expression: written as `is_get ? co_await ... : co_await
+    // ...`, the GCC 12 build freed an invalid pointer (the awaiter that waiting_for keeps
+    // by reference is a temporary of the conditional expression).
+    rdma::op_result r;
+    if (is_get)
+        r = co_await waiting_for({wait_kind::other, pe, remote.address, "a one-sided get"},
+                                 rdma::get(*p, pe, local, rm));
+    else
+        r = co_await waiting_for({wait_kind::other, pe, remote.address, "a one-sided put"},
+                                 rdma::put(*p, pe, local, rm));
+    if (!r.ok())
+        throw std::runtime_error(op + " (" + via + "): " + std::string(rdma::to_string(r.status)) +
+                                 (r.detail.empty() ? "" : ": " + r.detail));
+}
 }  // namespace
 
 task<void> machine::get(std::uint32_t pe, remote_region remote, std::span<std::byte> local) {
-    check_transfer(*this, "get", pe, remote, local.size());
-    if (local.empty()) co_return;
-    if (pe == this->pe()) {  // this PE's own memory
-        std::memmove(local.data(), reinterpret_cast<const std::byte*>(remote.address),
-                     local.size());
-        co_return;
-    }
-    rdma::provider* p = _core->rdma() ? rdma::provider_to(*_core->rdma(), pe) : nullptr;
-    if (!p)
-        throw std::runtime_error("coverse::machine::get: no provider reaches PE " +
-                                 std::to_string(pe));
-    const unsigned k = index_of(p->kind());
-    if (!(remote.providers & (1u << k)))
-        throw std::runtime_error("coverse::machine::get: PE " + std::to_string(pe) +
-                                 " did not expose the region to the " +
-                                 std::string(rdma::to_string(p->kind())) + " provider");
-    const rdma::op_result r = co_await waiting_for(
-        {wait_kind::other, pe, remote.address, "a one-sided get"},
-        rdma::get(*p, pe, local,
-                  rdma::remote_memory{remote.address, remote.keys[k], remote.length}));
-    if (!r.ok())
-        throw std::runtime_error("coverse::machine::get from PE " + std::to_string(pe) + " (" +
-                                 std::string(rdma::to_string(p->kind())) +
-                                 "): " + std::string(rdma::to_string(r.status)) +
-                                 (r.detail.empty() ? "" : ": " + r.detail));
+    co_await transfer(*this, true, pe, local, remote);
 }
 
 task<void> machine::put(std::uint32_t pe, std::span<const std::byte> local, remote_region remote) {
-    check_transfer(*this, "put", pe, remote, local.size());
-    if (local.empty()) co_return;
-    if (pe == this->pe()) {
-        std::memmove(reinterpret_cast<std::byte*>(remote.address), local.data(), local.size());
-        co_return;
-    }
-    rdma::provider* p = _core->rdma() ? rdma::provider_to(*_core->rdma(), pe) : nullptr;
-    if (!p)
-        throw std::runtime_error("coverse::machine::put: no provider reaches PE " +
-                                 std::to_string(pe));
-    const unsigned k = index_of(p->kind());
-    if (!(remote.providers & (1u << k)))
-        throw std::runtime_error("coverse::machine::put: PE " + std::to_string(pe) +
-                                 " did not expose the region to the " +
-                                 std::string(rdma::to_string(p->kind())) + " provider");
-    const rdma::op_result r = co_await waiting_for(
-        {wait_kind::other, pe, remote.address, "a one-sided put"},
-        rdma::put(*p, pe, local,
-                  rdma::remote_memory{remote.address, remote.keys[k], remote.length}));
-    if (!r.ok())
-        throw std::runtime_error("coverse::machine::put to PE " + std::to_string(pe) + " (" +
-                                 std::string(rdma::to_string(p->kind())) +
-                                 "): " + std::string(rdma::to_string(r.status)) +
-                                 (r.detail.empty() ? "" : ": " + r.detail));
+    // A put only reads `local`; the shared path takes a mutable span.
+    co_await transfer(*this, false, pe,
+                      std::span<std::byte>(const_cast<std::byte*>(local.data()), local.size()),
+                      remote);
 }
 
 task<void> machine::put_notify(std::uint32_t pe, std::span<const std::byte> local,

@@ -223,19 +223,22 @@ message_stream& machine::register_stream(std::uint32_t capacity) {
     s->_capacity = capacity;
     s->_handler = _core->register_handler(
         nullptr, [](void* msg, void* user) { static_cast<message_stream*>(user)->push(msg); }, s);
-    _stream_by_handler[s->_handler] = s;
+    const auto index = static_cast<std::size_t>(s->_handler);
+    if (_stream_by_handler.size() <= index) _stream_by_handler.resize(index + 1, nullptr);
+    _stream_by_handler[index] = s;
     return *s;
 }
 
 message_stream* machine::stream_for(int handler) noexcept {
-    auto it = _stream_by_handler.find(handler);
-    return it == _stream_by_handler.end() ? nullptr : it->second;
+    const auto index = static_cast<std::size_t>(handler);  // internal handlers: past the end
+    return handler >= 0 && index < _stream_by_handler.size() ? _stream_by_handler[index] : nullptr;
 }
 
 semaphore& machine::credits(int handler, std::uint32_t pe) {
-    const std::uint64_t key = (std::uint64_t(static_cast<std::uint32_t>(handler)) << 32) | pe;
-    auto& slot = _credits[key];
-    if (!slot) slot = std::make_unique<semaphore>(stream_for(handler)->capacity());
+    message_stream& s = *stream_for(handler);
+    if (s._credits.empty()) s._credits.resize(num_pes());
+    auto& slot = s._credits[pe];
+    if (!slot) slot = std::make_unique<semaphore>(s.capacity());
     return *slot;
 }
 

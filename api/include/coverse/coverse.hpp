@@ -216,6 +216,9 @@ private:
     std::deque<void*> _queue;
     detail::waiter_list _waiters;
     std::unordered_map<std::uint32_t, std::uint32_t> _owed;  // credits to return, by PE
+    // The sender's side: credits this PE holds for the stream of the same handler on each
+    // PE, made on the first send there.
+    std::vector<std::unique_ptr<semaphore>> _credits;
 };
 
 /// This process's PE. Obtained from `coverse::run` (or `machine::current()` once the
@@ -392,8 +395,8 @@ private:
 
     detail::pe_core* _core;
     std::vector<std::unique_ptr<message_stream>> _streams;
-    std::unordered_map<int, message_stream*> _stream_by_handler;
-    std::unordered_map<std::uint64_t, std::unique_ptr<semaphore>> _credits;
+    // By handler index (handlers are numbered from 0): every send looks its stream up.
+    std::vector<message_stream*> _stream_by_handler;
     std::vector<std::unique_ptr<std::function<void(message)>>> _functions;
     std::uint32_t _collective_seq = 0;
     // Collective messages that arrived, by (sequence << 32 | sending PE).
