@@ -61,6 +61,15 @@ coverse::task<void> send_many(coverse::machine& m, std::uint32_t to, int handler
     }
 }
 
+coverse::task<void> send_expecting_cancel(coverse::machine& m, std::uint32_t to, int handler,
+                                          bool* cancelled) {
+    try {
+        co_await m.send_value(to, handler, -1);
+    } catch (const coverse::cancelled_error&) {
+        *cancelled = true;
+    }
+}
+
 // Runs after the entry returned: coverse::run must wait for it.
 coverse::task<void> late_ring(coverse::machine& m, coverse::message_stream& s) {
     co_await coverse::sleep_for(20ms);
@@ -260,6 +269,30 @@ coverse::task<void> bounded_test(coverse::machine& m, streams st) {
     }
 }
 
+// A send waiting for a credit, stopped: it throws cancelled_error and sends nothing.
+coverse::task<void> credit_cancel_test(coverse::machine& m, streams st) {
+    auto& bounded = *st.bounded;
+    const std::uint32_t me = m.pe();
+    const int pe = static_cast<int>(me);
+    {
+        co_await m.barrier();  // every PE drained its bounded stream
+        for (int i = 0; i < 2; ++i)
+            co_await m.send_value(me, bounded.handler(), 100 + i);  // both of our credits
+        bool cancelled = false;
+        coverse::task_scope waiting("credit wait");
+        waiting.spawn(send_expecting_cancel(m, me, bounded.handler(), &cancelled), "third send");
+        co_await coverse::sleep_for(2ms);
+        waiting.request_stop();
+        co_await waiting.join();
+        EXPECT(cancelled, "a send waiting for a credit must be cancelled", pe);
+        EXPECT(co_await bounded.next<int>() == 100 && co_await bounded.next<int>() == 101,
+               "the two sends before the cancelled one", pe);
+        co_await coverse::sleep_for(2ms);
+        EXPECT(bounded.pending() == 0, "the cancelled send must not arrive (%zu pending)", pe,
+               bounded.pending());
+    }
+}
+
 // typed collectives
 coverse::task<void> collectives(coverse::machine& m, streams) {
     const std::uint32_t me = m.pe(), n = m.num_pes();
@@ -380,6 +413,7 @@ coverse::task<void> entry(coverse::machine& m) {
     co_await cancellation(m, st);
     co_await when_all_test(m, st);
     co_await bounded_test(m, st);
+    co_await credit_cancel_test(m, st);
     co_await collectives(m, st);
     co_await onesided(m, st);
     co_await scope_test(m, st);
