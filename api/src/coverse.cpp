@@ -273,9 +273,11 @@ task<void> machine::send(std::uint32_t pe, message msg) {
     if (!msg) throw std::invalid_argument("coverse::machine::send: an empty message");
     const int h = msg.handler();
     if (message_stream* s = stream_for(h); s && s->capacity() > 0) {
-        co_await waiting_for({wait_kind::credits, pe, static_cast<std::uint64_t>(h),
-                              "a credit of the receiver's stream"},
-                             credits(h, pe).acquire());
+        semaphore& c = credits(h, pe);
+        if (!c.try_acquire())
+            co_await waiting_for({wait_kind::credits, pe, static_cast<std::uint64_t>(h),
+                                  "a credit of the receiver's stream"},
+                                 c.acquire());
         header_of(msg.get())->flags |= credit_flag | (this->pe() << source_shift);
     }
     // Borrowed by the core: no copy; it completes once every frame went (get-done for a

@@ -246,7 +246,7 @@ CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool includ
 }
 
 task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> msg) {
-    co_await wait_for_slot();
+    if (_free_slots.empty()) co_await wait_for_slot();  // no frame for the usual case
     CmiCommHandle h = send(static_cast<int>(dest), static_cast<int>(msg.size()),
                            const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
     while (h && _slots[slot_of(h, "send")].pending > 0)
