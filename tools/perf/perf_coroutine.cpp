@@ -45,7 +45,7 @@ task<void> serve(start_request req) {
     const auto t = static_cast<test_kind>(req.test);
     if (t == test_kind::pingpong) {
         for (std::int64_t i = 0; i < req.total; ++i) {
-            message ball = co_await co.ping->next();
+            message ball = co_await co.ping->receive();  // no task frame per receive
             co_await m.send(0, co.pong->handler(), std::move(ball));
         }
     } else if (by_put(t, req.bytes)) {
@@ -59,7 +59,7 @@ task<void> serve(start_request req) {
     } else {
         for (std::int64_t w = 0; w < req.total; ++w) {
             for (std::int32_t i = 0; i < req.window; ++i)
-                (void)co_await co.data->next();
+                (void)co_await co.data->receive();
             co_await m.send_value(0, co.ack->handler(), std::int32_t{1});
         }
     }
@@ -88,7 +88,7 @@ task<void> drive(start_request req, long warmup, measured* out) {
         for (std::int64_t i = 0; i < req.total; ++i) {
             const double sent = CmiWallTimer();
             co_await m.send(1, co.ping->handler(), std::move(ball));
-            ball = co_await co.pong->next();
+            ball = co_await co.pong->receive();
             if (i >= warmup) out->rtt_us.push_back((CmiWallTimer() - sent) * 1e6);
         }
     } else if (by_put(t, req.bytes)) {
