@@ -121,6 +121,7 @@ void message_stream::taken(void* msg) {
     if (!(flags & credit_flag) || _capacity == 0) return;
     const std::uint32_t from = flags >> source_shift;
     header_of(msg)->flags &= ~(credit_flag | (~0u << source_shift));
+    if (_owed.size() <= from) _owed.resize(from + 1, 0);
     std::uint32_t& owed = _owed[from];
     if (++owed >= (_capacity + 1) / 2) {
         _machine->return_credits(from, _handler, owed);
@@ -281,8 +282,13 @@ task<void> machine::send(std::uint32_t pe, message msg) {
         header_of(msg.get())->flags |= credit_flag | (this->pe() << source_shift);
     }
     // Borrowed by the core: no copy; it completes once every frame went (get-done for a
-    // rendezvous). The message is freed when this frame ends.
-    co_await _core->send_async(pe, msg.bytes());
+    // rendezvous). The message is freed when this frame ends. A small send usually
+    // finishes at once, without the frames of send_async.
+    const auto started = _core->start_send(pe, msg.bytes());
+    if (!started)
+        co_await _core->send_async(pe, msg.bytes());
+    else if (*started)
+        co_await _core->finish_send(*started, pe);
 }
 
 task<void> machine::send(std::uint32_t pe, int handler, message msg) {

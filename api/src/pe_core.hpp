@@ -168,6 +168,11 @@ public:
     std::uint64_t messages_received() const noexcept;
     /// Coroutine form of a send; completes when the buffer may be reused.
     task<void> send_async(std::uint32_t dest, std::span<const std::byte> msg);
+    /// send_async in two halves, for a caller that skips a frame when the send finishes at
+    /// once: start_send is nullopt when every handle slot is in use (then send_async), else
+    /// the handle (null: finished); finish_send waits for it and releases it.
+    std::optional<CmiCommHandle> start_send(std::uint32_t dest, std::span<const std::byte> msg);
+    task<void> finish_send(CmiCommHandle h, std::uint32_t dest);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
 
     // ---- groups ----------------------------------------------------------------------

@@ -215,7 +215,7 @@ private:
     std::uint32_t _capacity = 0;
     std::deque<void*> _queue;
     detail::waiter_list _waiters;
-    std::unordered_map<std::uint32_t, std::uint32_t> _owed;  // credits to return, by PE
+    std::vector<std::uint32_t> _owed;  // credits to return, by PE
     // The sender's side: credits this PE holds for the stream of the same handler on each
     // PE, made on the first send there.
     std::vector<std::unique_ptr<semaphore>> _credits;
