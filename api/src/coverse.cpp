@@ -1,9 +1,18 @@
-// The coroutine-native API (coverse.hpp) over the machine core.
+// The coroutine-native API (coverse.hpp) over the machine core: messages, bounded streams
+// and their credits, ownership-taking sends, the machine's task scope and coverse::run.
+// The typed collectives are in coro_collectives.cpp.
+//
+// Stream credits: a coroutine send to a stream of capacity C takes one of C credits that
+// the sender holds for that (stream, destination); the message's header carries
+// header_flag_stream_credit and the sender's PE. The receiver counts the flagged messages
+// its tasks take from each sender and returns them in one stream_credit message once half
+// the capacity is owed. A sender out of credits therefore has all C messages unread at the
+// receiver, or owed back in a credit message already on its way: it never waits forever.
 #include <coverse/coverse.hpp>
 
 #include <cstdio>
 #include <cstring>
-#include <map>
+#include <stdexcept>
 
 #include <coverse/alloc/message.hpp>
 
@@ -15,7 +24,20 @@ namespace detail {
 std::unique_ptr<pe_core>& core_slot();
 }
 
+using detail::header_of;
 using detail::pe_core;
+
+namespace {
+constexpr std::uint32_t credit_flag = detail::header_flag_stream_credit;
+constexpr std::uint32_t source_shift = detail::header_source_shift;
+
+// The payload of a stream_credit message.
+struct credit_return {
+    std::int32_t handler;
+    std::uint32_t from;   // the PE whose stream the credits are for
+    std::uint32_t count;  // messages its tasks took
+};
+}  // namespace
 
 // ---- message ---------------------------------------------------------------------------------
 
@@ -31,6 +53,18 @@ message::~message() {
     if (_msg) alloc::msg_free(_msg);
 }
 
+message message::allocate(int handler, std::size_t payload_size) {
+    const std::size_t size = CmiMsgHeaderSizeBytes + payload_size;
+    if (size > 0x7FFF'FFFFu)
+        throw std::length_error("coverse::message::allocate: " + std::to_string(payload_size) +
+                                " bytes is over the 2 GiB a message may hold");
+    void* m = alloc::msg_alloc(size);
+    if (!m) throw std::bad_alloc();
+    CmiInitMsgHeader(m, static_cast<int>(size));
+    CmiSetHandler(m, handler);
+    return message(m);
+}
+
 std::span<std::byte> message::bytes() const noexcept {
     if (!_msg) return {};
     return {static_cast<std::byte*>(_msg), alloc::msg_size(_msg)};
@@ -42,44 +76,114 @@ std::span<std::byte> message::payload() const noexcept {
                                             : std::span<std::byte>{};
 }
 
+void message::size_mismatch(std::size_t want, bool array) const {
+    throw std::length_error("coverse::message: a payload of " + std::to_string(payload().size()) +
+                            " bytes for handler " + std::to_string(_msg ? handler() : -1) +
+                            " is not " + (array ? "a whole number of " : "one ") +
+                            std::to_string(want) + "-byte value" + (array ? "s" : "") +
+                            "; sender and receiver disagree on the type");
+}
+
 message make_message(int handler, std::span<const std::byte> payload) {
-    void* m = CmiAlloc(static_cast<int>(CmiMsgHeaderSizeBytes + payload.size()));
-    CmiInitMsgHeader(m, static_cast<int>(CmiMsgHeaderSizeBytes + payload.size()));
-    CmiSetHandler(m, handler);
-    if (!payload.empty())
-        std::memcpy(static_cast<std::byte*>(m) + CmiMsgHeaderSizeBytes, payload.data(),
-                    payload.size());
-    return message(m);
+    message m = message::allocate(handler, payload.size());
+    if (!payload.empty()) std::memcpy(m.payload().data(), payload.data(), payload.size());
+    return m;
 }
 
 // ---- message_stream ----------------------------------------------------------------------------
 
+message_stream::~message_stream() {
+    for (void* m : _queue)
+        alloc::msg_free(m);
+}
+
 void message_stream::push(void* msg) {
+    if (auto* w = _waiters.pop_front()) {
+        static_cast<receive_awaiter*>(w)->_msg = msg;  // handed over with the wake-up
+        w->wake();
+        return;
+    }
     _queue.push_back(msg);
-    if (auto w = std::exchange(_waiter, nullptr)) scheduler::this_thread().schedule(w);
+}
+
+// A receive that will not take its message after all puts it back where it came from.
+void message_stream::give_back(void* msg) {
+    if (auto* w = _waiters.pop_front()) {
+        static_cast<receive_awaiter*>(w)->_msg = msg;
+        w->wake();
+        return;
+    }
+    _queue.push_front(msg);
+}
+
+void message_stream::taken(void* msg) {
+    const std::uint32_t flags = header_of(msg)->flags;
+    if (!(flags & credit_flag) || _capacity == 0) return;
+    const std::uint32_t from = flags >> source_shift;
+    header_of(msg)->flags &= ~(credit_flag | (~0u << source_shift));
+    if (_owed.size() <= from) _owed.resize(from + 1, 0);
+    std::uint32_t& owed = _owed[from];
+    if (++owed >= (_capacity + 1) / 2) {
+        _machine->return_credits(from, _handler, owed);
+        owed = 0;
+    }
+}
+
+bool message_stream::receive_awaiter::try_now() noexcept {
+    if (_s._queue.empty() || !_s._waiters.empty()) return false;  // FIFO among receivers
+    _msg = _s._queue.front();
+    _s._queue.pop_front();
+    return true;
+}
+
+message_stream::receive_awaiter::~receive_awaiter() {
+    this->leave_if_waiting();
+    if (_msg) _s.give_back(std::exchange(_msg, nullptr));  // woken, then its task was dropped
+}
+
+message message_stream::receive_awaiter::await_resume() {
+    check_cancelled();
+    if (_msg && _stop && _stop->stop_requested()) {
+        // Stopped after the message was handed over but before this task ran again (a
+        // timeout, a when_any loser): the message goes back, the receive is cancelled.
+        _s.give_back(std::exchange(_msg, nullptr));
+        throw cancelled_error{};
+    }
+    void* m = std::exchange(_msg, nullptr);
+    _s.taken(m);
+    return message(m);
 }
 
 task<message> message_stream::next() {
-    while (_head == _queue.size()) {
-        struct awaiter {
-            message_stream& s;
-            bool await_ready() const noexcept { return false; }
-            void await_suspend(std::coroutine_handle<> h) noexcept { s._waiter = h; }
-            void await_resume() const noexcept {}
-        };
-        co_await waiting_for({wait_kind::message, no_peer, static_cast<std::uint64_t>(_handler),
-                              "message_stream::next"},
-                             awaiter{*this});
-    }
-    void* m = _queue[_head++];
-    if (_head == _queue.size()) {
-        _queue.clear();
-        _head = 0;
-    }
-    co_return message(m);
+    co_return co_await waiting_for(
+        {wait_kind::message, no_peer, static_cast<std::uint64_t>(_handler), "message_stream::next"},
+        receive());
+}
+
+task<std::optional<message>> message_stream::next(clock::duration timeout) {
+    co_return co_await with_timeout(next(), timeout);
+}
+
+std::optional<message> message_stream::try_next() {
+    if (_queue.empty() || !_waiters.empty()) return std::nullopt;
+    void* m = _queue.front();
+    _queue.pop_front();
+    taken(m);
+    return message(m);
 }
 
 // ---- machine -----------------------------------------------------------------------------------
+
+machine::machine(detail::pe_core& c) : _core(&c) {
+    // Installed with the core, before any peer can send: a PE may get a credit or a
+    // collective's message before its own tasks first use them.
+    c.set_internal_handler(
+        detail::internal_handler::stream_credit,
+        [](void* msg, void* self) { static_cast<machine*>(self)->on_credit(msg); }, this);
+    c.set_internal_handler(
+        detail::internal_handler::coro_collective,
+        [](void* msg, void* self) { static_cast<machine*>(self)->on_collective(msg); }, this);
+}
 
 machine& machine::current() {
     return pe_core::get("coverse::machine::current").api();
@@ -95,6 +199,14 @@ scheduler& machine::sched() noexcept {
     return _core->sched();
 }
 
+void machine::check_pe(std::uint32_t pe, const char* what) const {
+    if (pe >= _core->num_pes())
+        throw std::out_of_range(std::string("coverse::machine::") + what + ": PE " +
+                                std::to_string(pe) + " is not in this job of " +
+                                std::to_string(_core->num_pes()) + " PEs (0.." +
+                                std::to_string(_core->num_pes() - 1) + ")");
+}
+
 int machine::register_handler(std::function<void(message)> fn) {
     _functions.push_back(std::make_unique<std::function<void(message)>>(std::move(fn)));
     return _core->register_handler(
@@ -105,21 +217,102 @@ int machine::register_handler(std::function<void(message)> fn) {
         _functions.back().get());
 }
 
-message_stream& machine::register_stream() {
+message_stream& machine::register_stream(std::uint32_t capacity) {
     _streams.push_back(std::make_unique<message_stream>());
     message_stream* s = _streams.back().get();
+    s->_machine = this;
+    s->_capacity = capacity;
     s->_handler = _core->register_handler(
         nullptr, [](void* msg, void* user) { static_cast<message_stream*>(user)->push(msg); }, s);
+    const auto index = static_cast<std::size_t>(s->_handler);
+    if (_stream_by_handler.size() <= index) _stream_by_handler.resize(index + 1, nullptr);
+    _stream_by_handler[index] = s;
     return *s;
 }
 
+message_stream* machine::stream_for(int handler) noexcept {
+    const auto index = static_cast<std::size_t>(handler);  // internal handlers: past the end
+    return handler >= 0 && index < _stream_by_handler.size() ? _stream_by_handler[index] : nullptr;
+}
+
+semaphore& machine::credits(int handler, std::uint32_t pe) {
+    message_stream& s = *stream_for(handler);
+    if (s._credits.empty()) s._credits.resize(num_pes());
+    auto& slot = s._credits[pe];
+    if (!slot) slot = std::make_unique<semaphore>(s.capacity());
+    return *slot;
+}
+
+void machine::return_credits(std::uint32_t to, int handler, std::uint32_t count) {
+    const int size = static_cast<int>(CmiMsgHeaderSizeBytes + sizeof(credit_return));
+    void* msg = CmiAlloc(size);
+    CmiInitMsgHeader(msg, size);
+    CmiSetHandler(msg, static_cast<int>(detail::internal_handler::stream_credit));
+    const credit_return c{handler, _core->pe(), count};
+    std::memcpy(static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, &c, sizeof c);
+    // Never waits for a credit itself: credit messages go to an internal handler.
+    _core->send(static_cast<int>(to), size, msg, pe_core::ownership::take, "stream credit");
+}
+
+void machine::on_credit(void* msg) {
+    credit_return c{};
+    if (static_cast<std::size_t>(CmiSize(msg)) >= CmiMsgHeaderSizeBytes + sizeof c)
+        std::memcpy(&c, static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, sizeof c);
+    CmiFree(msg);
+    message_stream* s = stream_for(c.handler);
+    if (!s || s->capacity() == 0 || c.from >= num_pes())
+        _core->abort_job("coverse: PE " + std::to_string(pe()) + " got " + std::to_string(c.count) +
+                         " credits for handler " + std::to_string(c.handler) + " from PE " +
+                         std::to_string(c.from) +
+                         ", which is no bounded stream here; register the same streams with " +
+                         "the same capacities in the same order on every PE");
+    credits(c.handler, c.from).release(c.count);
+}
+
+task<void> machine::send(std::uint32_t pe, message msg) {
+    check_pe(pe, "send");
+    if (!msg) throw std::invalid_argument("coverse::machine::send: an empty message");
+    const int h = msg.handler();
+    if (message_stream* s = stream_for(h); s && s->capacity() > 0) {
+        semaphore& c = credits(h, pe);
+        if (!c.try_acquire())
+            co_await waiting_for({wait_kind::credits, pe, static_cast<std::uint64_t>(h),
+                                  "a credit of the receiver's stream"},
+                                 c.acquire());
+        header_of(msg.get())->flags |= credit_flag | (this->pe() << source_shift);
+    }
+    // Borrowed by the core: no copy; it completes once every frame went (get-done for a
+    // rendezvous). The message is freed when this frame ends. A small send usually
+    // finishes at once, without the frames of send_async.
+    const auto started = _core->start_send(pe, msg.bytes());
+    if (!started)
+        co_await _core->send_async(pe, msg.bytes());
+    else if (*started)
+        co_await _core->finish_send(*started, pe);
+}
+
+task<void> machine::send(std::uint32_t pe, int handler, message msg) {
+    if (msg) msg.set_handler(handler);
+    co_await send(pe, std::move(msg));
+}
+
 task<void> machine::send(std::uint32_t pe, std::span<const std::byte> msg) {
+    check_pe(pe, "send");
+    if (msg.size() < CmiMsgHeaderSizeBytes)
+        throw std::invalid_argument("coverse::machine::send: " + std::to_string(msg.size()) +
+                                    " bytes is shorter than the Converse header");
+    const int h = static_cast<int>(reinterpret_cast<const CmiMsgHeaderBasic*>(msg.data())->handler);
+    if (message_stream* s = stream_for(h); s && s->capacity() > 0) {
+        message copy = message::allocate(h, msg.size() - CmiMsgHeaderSizeBytes);
+        std::memcpy(copy.bytes().data(), msg.data(), msg.size());
+        co_await send(pe, std::move(copy));
+        co_return;
+    }
     co_await _core->send_async(pe, msg);
 }
 
 task<void> machine::send(std::uint32_t pe, int handler, std::span<const std::byte> payload) {
-    message m = make_message(handler, payload);
-    co_await _core->send_async(pe, m.bytes());
+    co_await send(pe, make_message(handler, payload));
 }
 
 task<void> machine::broadcast(std::span<const std::byte> msg, bool include_self) {
@@ -130,72 +323,8 @@ task<void> machine::barrier() {
     co_await _core->barrier(false);
 }
 
-namespace {
-// reduce_sum: each PE contributes {sequence, value} through CmiReduce to PE 0, which
-// broadcasts the total; every PE's waiting task picks up the total for its sequence.
-struct sum_payload {
-    std::uint32_t seq;
-    std::uint32_t pad;
-    std::int64_t value;
-};
-struct sum_state {
-    std::map<std::uint32_t, std::int64_t> totals;
-    detail::wait_list waiters;
-    bool installed = false;
-};
-sum_state& sums() {
-    static sum_state s;
-    return s;
-}
-sum_payload read_sum(void* msg) {
-    sum_payload p;
-    std::memcpy(&p, static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, sizeof p);
-    return p;
-}
-void* merge_sums(int* size, void* local, void** remote, int count) {
-    sum_payload total = read_sum(local);
-    for (int i = 0; i < count; ++i)
-        total.value += read_sum(remote[i]).value;
-    std::memcpy(static_cast<std::byte*>(local) + CmiMsgHeaderSizeBytes, &total, sizeof total);
-    (void)size;
-    return local;
-}
-}  // namespace
-
 task<std::int64_t> machine::reduce_sum(std::int64_t value) {
-    auto& st = sums();
-    if (!st.installed) {
-        st.installed = true;
-        _core->set_internal_handler(
-            detail::internal_handler::sum_result,
-            [](void* msg, void*) {
-                CmiSetHandler(msg, static_cast<int>(detail::internal_handler::sum_final));
-                CmiSyncBroadcastAllAndFree(CmiSize(msg), msg);
-            },
-            nullptr);
-        _core->set_internal_handler(
-            detail::internal_handler::sum_final,
-            [](void* msg, void*) {
-                const sum_payload p = read_sum(msg);
-                CmiFree(msg);
-                sums().totals[p.seq] = p.value;
-                sums().waiters.notify_all();
-            },
-            nullptr);
-    }
-    const std::uint32_t seq = _reduce_seq++;
-    const int size = static_cast<int>(CmiMsgHeaderSizeBytes + sizeof(sum_payload));
-    void* msg = CmiAlloc(size);
-    CmiInitMsgHeader(msg, size);
-    CmiSetHandler(msg, static_cast<int>(detail::internal_handler::sum_result));
-    const sum_payload p{seq, 0, value};
-    std::memcpy(static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, &p, sizeof p);
-    _core->reduce(msg, size, merge_sums);
-    while (!st.totals.contains(seq))
-        co_await st.waiters.wait();
-    const std::int64_t total = st.totals[seq];
-    st.totals.erase(seq);
-    co_return total;
+    co_return co_await allreduce(value, std::plus<std::int64_t>{});
 }
 
 // ---- run ---------------------------------------------------------------------------------------
@@ -203,12 +332,18 @@ task<std::int64_t> machine::reduce_sum(std::int64_t value) {
 namespace {
 task<void> run_entry(std::function<task<void>(machine&)>* entry, machine* m, int* status,
                      bool* done) {
+    // Messages that came in while the PE started wait in the network queue until here; the
+    // entry runs from its first statement to its first suspension before schedule() looks
+    // at them, so the streams and handlers it registers there are in place.
+    m->core().hold_deliveries(false);
     try {
         co_await (*entry)(*m);
     } catch (const std::exception& e) {
         CmiError("coverse: PE %u: the entry task failed: %s\n", m->pe(), e.what());
         *status = 1;
     }
+    // The job does not end under tasks the program started: they may still send.
+    co_await m->scope().join();
     *done = true;
     m->core().exit_scheduler();
 }
@@ -225,6 +360,7 @@ int run(int argc, char** argv, std::function<task<void>(machine&)> entry) {
     int status = 0;
     bool done = false;
     machine& m = slot->api();
+    slot->hold_deliveries(true);
     slot->sched().spawn(run_entry(&entry, &m, &status, &done), "coverse::run entry");
     while (!done)
         slot->schedule(-1, false);

@@ -232,10 +232,10 @@ int pe_core::schedule(int max_msgs, bool poll_only) {
         }
         if (max_msgs > 0 && delivered >= max_msgs) break;
         fire_timers();
-        void* msg = next_message();
+        void* msg = _deliveries_held ? nullptr : next_message();
         if (!msg) {
             _sched->run_once();
-            msg = next_message();
+            msg = _deliveries_held ? nullptr : next_message();
         }
         if (msg) {
             if (_idle) {
@@ -247,6 +247,7 @@ int pe_core::schedule(int max_msgs, bool poll_only) {
             continue;
         }
         if (poll_only) break;
+        if (_deliveries_held) continue;  // the entry task is queued: the next turn starts it
         if (!_idle) {
             _idle = true;
             raise_condition(CcdPROCESSOR_BEGIN_IDLE);

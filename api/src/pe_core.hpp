@@ -68,6 +68,8 @@ enum class internal_handler : std::uint32_t {
     qd_done,          // quiescence: detected; raise CcdQUIESCENCE
     cpm_enqueue,      // Cpm: a CpmEnqueue* message goes into the Csd queue (cpm.cpp)
     cpm_thread,       // Cpm: a CpmMakeThread message runs in a new Cth thread
+    stream_credit,    // coroutine API: a receiver returns credits of a bounded stream
+    coro_collective,  // coroutine API: a typed collective's message (coro_collectives.cpp)
 };
 
 /// What a pup_er points at: coverse sizes and packs (reductions of structs), never unpacks.
@@ -79,6 +81,10 @@ struct pup_cursor {
 
 /// Header flag: the message's receive handle is traced; `reserved` holds its index.
 inline constexpr std::uint32_t header_flag_traced_receive = 0x1;
+/// Header flag: a coroutine send holding a credit of a bounded stream (coverse.cpp); the
+/// sending PE is in the flags' bits from header_source_shift up.
+inline constexpr std::uint32_t header_flag_stream_credit = 0x2;
+inline constexpr std::uint32_t header_source_shift = 8;
 /// Trace ids: send handles are (generation << 32 | slot); receive handles and broadcast
 /// forwards have their own id spaces, marked by the top bits.
 inline constexpr std::uint64_t receive_trace_id(std::uint32_t index) noexcept {
@@ -146,6 +152,8 @@ public:
     grid_queue& grid() noexcept { return _grid; }
     scheduler& sched() noexcept { return *_sched; }
     machine& api() noexcept { return _machine; }
+    /// The one-sided layer; null on a job of one PE.
+    rdma::layer* rdma() noexcept { return _rdma.get(); }
     double wall_time() const noexcept;
 
     // ---- handlers ------------------------------------------------------------------
@@ -174,6 +182,11 @@ public:
     std::uint64_t messages_received() const noexcept;
     /// Coroutine form of a send; completes when the buffer may be reused.
     task<void> send_async(std::uint32_t dest, std::span<const std::byte> msg);
+    /// send_async in two halves, for a caller that skips a frame when the send finishes at
+    /// once: start_send is nullopt when every handle slot is in use (then send_async), else
+    /// the handle (null: finished); finish_send waits for it and releases it.
+    std::optional<CmiCommHandle> start_send(std::uint32_t dest, std::span<const std::byte> msg);
+    task<void> finish_send(CmiCommHandle h, std::uint32_t dest);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
 
     // ---- groups ----------------------------------------------------------------------
@@ -183,6 +196,10 @@ public:
     // ---- scheduling --------------------------------------------------------------------
     int schedule(int max_msgs, bool poll_only);
     void exit_scheduler() noexcept { _exit_requested = true; }
+    /// While held, schedule() keeps polling but calls no handler: coverse::run holds
+    /// deliveries until its entry coroutine has started (its first statements register the
+    /// streams), as ConverseInit calls the start function before its scheduler loop.
+    void hold_deliveries(bool held) noexcept { _deliveries_held = held; }
     bool enqueue(void* msg, int strategy, int priobits, const void* prio);
     std::size_t queue_length() const noexcept { return _sched_queue.size(); }
     int deliver_network(int max_msgs);
@@ -438,6 +455,7 @@ private:
     wait_list _probe_waiters;
     priority_queue_cqs _sched_queue;
     bool _exit_requested = false;
+    bool _deliveries_held = false;
     bool _idle = false;
 
     std::uint32_t _barrier_epoch = 0;

@@ -271,14 +271,25 @@ CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool includ
     return end_send(o, caller);
 }
 
-task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> msg) {
-    co_await wait_for_slot();
-    CmiCommHandle h = send(static_cast<int>(dest), static_cast<int>(msg.size()),
-                           const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
+std::optional<CmiCommHandle> pe_core::start_send(std::uint32_t dest,
+                                                 std::span<const std::byte> msg) {
+    if (_free_slots.empty()) return std::nullopt;
+    return send(static_cast<int>(dest), static_cast<int>(msg.size()),
+                const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
+}
+
+task<void> pe_core::finish_send(CmiCommHandle h, std::uint32_t dest) {
     while (h && _slots[slot_of(h, "send")].pending > 0)
         co_await waiting_for({wait_kind::socket_drain, dest, 0, "send not complete"},
                              _send_waiters.wait());
     release_handle(h, "send");
+}
+
+task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> msg) {
+    std::optional<CmiCommHandle> h;
+    while (!(h = start_send(dest, msg)))
+        co_await wait_for_slot();
+    co_await finish_send(*h, dest);
 }
 
 task<void> pe_core::broadcast_async(std::span<const std::byte> msg, bool include_self) {

@@ -65,6 +65,43 @@ TEST(perf_two_pes, pingpong_bw_and_rate_report_every_size) {
     EXPECT_EQ(r.err.find("skipped"), std::string::npos) << r.err;
 }
 
+// --api coroutine: each of pingpong, bw and rate twice, the facade's line (impl coverse)
+// then the coroutine API's (impl coverse-coro), with the ratio on stderr; 1 MiB bw goes by
+// expose/put there. Same host and over TCP.
+TEST(perf_two_pes, api_coroutine_reports_both_apis_side_by_side) {
+    for (bool tcp : {false, true}) {
+        std::vector<std::string> argv{
+            launcher,  "-n",    "2",         perf,      "--quick",
+            "--json",  "--api", "coroutine", "--tests", "pingpong,bw,rate",
+            "--sizes", "8,1M"};
+        if (tcp)
+            for (const char* a : {"++set", "SHM=off", "++set", "RDMA_PROVIDER=tcp"})
+                argv.push_back(a);
+        const auto r = run(argv);
+        ASSERT_EQ(r.status, 0) << r.out << r.err;
+        std::map<std::string, std::multiset<double>> facade, coro;
+        for (const auto& o : json_lines(r)) {
+            const std::string t = text(o, "test");
+            if (t == "pingpong") {
+                EXPECT_GT(number(o, "lat_us"), 0);
+            }
+            if (t == "bw") {
+                EXPECT_GT(number(o, "mbps"), 0);
+            }
+            if (t == "rate") {
+                EXPECT_GT(number(o, "msgs_per_s"), 0);
+            }
+            (text(o, "impl") == "coverse-coro" ? coro : facade)[t].insert(number(o, "bytes"));
+        }
+        for (auto* m : {&facade, &coro}) {
+            EXPECT_EQ((*m)["pingpong"], (std::multiset<double>{8, 1048576})) << tcp;
+            EXPECT_EQ((*m)["bw"], (std::multiset<double>{8, 1048576})) << tcp;
+            EXPECT_EQ((*m)["rate"], (std::multiset<double>{8})) << tcp;
+        }
+        EXPECT_NE(r.err.find("coroutine/converse bw 1048576 B"), std::string::npos) << r.err;
+    }
+}
+
 TEST(perf_four_pes, bcast_and_barrier) {
     const auto r =
         run({launcher, "-n", "4", perf, "--quick", "--json", "--tests", "bcast,barrier"});

@@ -7,13 +7,17 @@
 // Converse ping-pong), bw and rate (PE 0 sends windows of W messages, PE 1 acks each window;
 // the W messages are CmiAsyncSends of one buffer, as mpi_perf's MPI_Isends and osu_bw's are),
 // bcast (CmiSyncBroadcastAllAndFree, every PE acks to PE 0), barrier (CmiBarrier on every PE).
+// --api coroutine runs pingpong, bw and rate a second time through the coroutine API
+// (perf_coroutine.cpp), each right after its facade run, and prints the ratio.
 #include <converse.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "perf_coroutine.hpp"
 #include "perf_options.hpp"
 #include "perf_report.hpp"
 
@@ -286,6 +290,28 @@ void note(const std::string& text) {
         CmiPrintf("%s\n", text.c_str());
 }
 
+result run_coroutine(test_kind t, std::size_t bytes) {
+    return coroutine_run(t, bytes, opts);
+}
+
+// --api coroutine: the coroutine run's row, then how it compares with the facade's.
+void compare(const result& facade, result coro) {
+    report(coro);
+    char text[160];
+    if (coro.test == test_kind::pingpong)
+        std::snprintf(text, sizeof text,
+                      "  coroutine/converse pingpong %zu B: latency %.3fx (p50 %.3fx)", coro.bytes,
+                      coro.lat_us / facade.lat_us, coro.p50_us / facade.p50_us);
+    else if (coro.test == test_kind::bw)
+        std::snprintf(text, sizeof text, "  coroutine/converse bw %zu B: bandwidth %.3fx%s",
+                      coro.bytes, coro.mbps / facade.mbps,
+                      coro.bytes > 16384 ? " (expose/put vs rendezvous)" : "");
+    else
+        std::snprintf(text, sizeof text, "  coroutine/converse rate 8 B: rate %.3fx",
+                      coro.msgs_per_s / facade.msgs_per_s);
+    note(text);
+}
+
 result run_one(test_kind t, std::size_t bytes) {
     switch (t) {
         case test_kind::pingpong:
@@ -320,8 +346,12 @@ void run_tests() {
         CmiPrintf("%s", table_header().c_str());
     }
     for (test_kind t : runnable)
-        for (std::size_t bytes : sizes_for(t, opts))
-            report(run_one(t, bytes));
+        for (std::size_t bytes : sizes_for(t, opts)) {
+            const result facade = run_one(t, bytes);
+            report(facade);
+            if (opts.api == api_kind::coroutine && t != test_kind::bcast && t != test_kind::barrier)
+                compare(facade, run_coroutine(t, bytes));
+        }
 }
 
 void start(int argc, char** argv) {
@@ -349,6 +379,7 @@ void start(int argc, char** argv) {
         ConverseExit(parsed ? 0 : 2);
     }
     opts = *parsed;
+    coverse::perf::coroutine_register(opts);  // every PE, same order (all parsed the same argv)
 
     if (CmiMyPe() != 0) return;  // to the scheduler (ConverseInit), until "done"
     run_tests();

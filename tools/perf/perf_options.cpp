@@ -156,6 +156,16 @@ std::optional<options> parse_options(int argc, char** argv, std::string& error) 
                 if (std::find(o.tests.begin(), o.tests.end(), *t) == o.tests.end())
                     o.tests.push_back(*t);
             }
+        } else if (arg == "--api") {
+            if (!take_value()) return std::nullopt;
+            if (value == "converse") {
+                o.api = api_kind::converse;
+            } else if (value == "coroutine") {
+                o.api = api_kind::coroutine;
+            } else {
+                error = "--api: \"" + std::string(value) + "\" is not converse or coroutine";
+                return std::nullopt;
+            }
         } else if (arg == "--sizes") {
             if (!take_value()) return std::nullopt;
             o.sizes.clear();
@@ -213,6 +223,9 @@ std::string usage_text() {
            "                 by size, see docs/perf.md)\n"
            "  --warmup N     unmeasured iterations first (default: a tenth of --iters)\n"
            "  --window W     messages per acknowledgement in bw and rate (default 64)\n"
+           "  --api A        converse (default), or coroutine: pingpong, bw and rate also\n"
+           "                 through the coroutine API (coverse.hpp), each beside its facade\n"
+           "                 run, with the ratio; bw above 16K goes by expose/put there\n"
            "  --quick        few iterations (for tests and CI; numbers are rough)\n"
            "  --json         one JSON object per line instead of a table\n"
            "  -h, --help     this text\n";

@@ -11,17 +11,20 @@
 namespace coverse::perf {
 
 enum class test_kind { pingpong, bw, rate, bcast, barrier };
+/// --api: the Converse facade alone, or also the coroutine API (coverse.hpp) beside it.
+enum class api_kind { converse, coroutine };
 
 /// What the command line asked for; empty lists and zero counts mean "the defaults".
 struct options {
-    std::vector<test_kind> tests;    // --tests (empty: every test that fits the PE count)
-    std::vector<std::size_t> sizes;  // --sizes in payload bytes (empty: each test's list)
-    long iters = 0;                  // --iters (0: the size-scaled defaults)
-    long warmup = -1;                // --warmup (-1: a tenth of the iterations)
-    int window = 64;                 // --window: messages per acknowledgement in bw and rate
-    bool quick = false;              // --quick: few iterations, for tests and CI
-    bool json = false;               // --json: one JSON object per line
-    bool help = false;               // --help
+    std::vector<test_kind> tests;       // --tests (empty: every test that fits the PE count)
+    std::vector<std::size_t> sizes;     // --sizes in payload bytes (empty: each test's list)
+    long iters = 0;                     // --iters (0: the size-scaled defaults)
+    long warmup = -1;                   // --warmup (-1: a tenth of the iterations)
+    int window = 64;                    // --window: messages per acknowledgement in bw and rate
+    bool quick = false;                 // --quick: few iterations, for tests and CI
+    bool json = false;                  // --json: one JSON object per line
+    bool help = false;                  // --help
+    api_kind api = api_kind::converse;  // --api coroutine: pingpong, bw, rate through both
 };
 
 /// How many iterations (round trips, windows, broadcasts or barriers) a run takes.

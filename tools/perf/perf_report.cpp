@@ -38,7 +38,8 @@ latency_stats stats_of(std::vector<double>& samples) {
 }
 
 std::string json_line(const result& r) {
-    std::string out = "{\"test\":\"" + std::string(test_name(r.test)) + "\",\"impl\":\"coverse\"";
+    std::string out = "{\"test\":\"" + std::string(test_name(r.test)) + "\",\"impl\":\"" +
+                      (r.coroutine ? "coverse-coro" : "coverse") + "\"";
     if (r.test != test_kind::barrier) out += ",\"bytes\":" + std::to_string(r.bytes);
     if (r.lat_us >= 0) out += printf_string(",\"lat_us\":%.3f", r.lat_us);
     if (r.p50_us >= 0) out += printf_string(",\"p50_us\":%.3f", r.p50_us);
@@ -51,13 +52,13 @@ std::string json_line(const result& r) {
 
 std::string table_header() {
     // Written out by hand: "µs" is two bytes, which printf's widths would miscount.
-    return "test       bytes  PEs    iters     p50 µs    mean µs        MB/s      msgs/s\n";
+    return "test          bytes  PEs    iters     p50 µs    mean µs        MB/s      msgs/s\n";
 }
 
 std::string table_row(const result& r) {
     auto num = [](double v, const char* fmt) { return v >= 0 ? printf_string(fmt, v) : "-"; };
-    return printf_string("%-8s %7s %4d %8ld %10s %10s %11s %11s\n",
-                         std::string(test_name(r.test)).c_str(),
+    const std::string name = std::string(test_name(r.test)) + (r.coroutine ? "/co" : "");
+    return printf_string("%-11s %7s %4d %8ld %10s %10s %11s %11s\n", name.c_str(),
                          r.test == test_kind::barrier ? "-" : size_text(r.bytes).c_str(), r.pes,
                          r.iters, num(r.p50_us, "%.2f").c_str(), num(r.lat_us, "%.2f").c_str(),
                          num(r.mbps, "%.1f").c_str(), num(r.msgs_per_s, "%.0f").c_str());

@@ -21,6 +21,7 @@ struct result {
     double p50_us = -1;      // pingpong: median one-way
     double mbps = -1;        // bw: 10^6 B/s of payload
     double msgs_per_s = -1;  // rate
+    bool coroutine = false;  // through the coroutine API (--api coroutine): impl "coverse-coro"
 };
 
 struct latency_stats {

@@ -1,20 +1,37 @@
-// The coroutine-native API: one `machine` per process (one PE), with awaitable sends,
-// broadcasts, barriers and reductions, handlers or per-handler message streams, and
-// `coverse::run`, which starts the PE and runs an entry task on its scheduler. Legacy
-// Converse handlers (converse.h) and coroutines share that scheduler.
+// The coroutine-native API: one `machine` per process (one PE), with awaitable sends that
+// take ownership of a message (no copy), bounded per-handler message streams with
+// cancellable receives and timeouts, typed collectives on the spanning tree, a task scope
+// the job waits for, and `coverse::run`, which starts the PE and runs an entry task on its
+// scheduler. Legacy Converse handlers (converse.h) and coroutines share that scheduler.
+// docs/coroutines.md is the tutorial.
 #pragma once
 
 #include <converse.h>
 
+#include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
+#include <coverse/runtime/detail/waiter.hpp>
+#include <coverse/runtime/event.hpp>
 #include <coverse/runtime/scheduler.hpp>
+#include <coverse/runtime/scope.hpp>
+#include <coverse/runtime/semaphore.hpp>
 #include <coverse/runtime/task.hpp>
+#include <coverse/runtime/timer.hpp>
+#include <coverse/runtime/when.hpp>
 
 namespace coverse {
 
@@ -22,7 +39,12 @@ namespace detail {
 class pe_core;
 }
 
-/// A received Converse message: owns the CmiAlloc'd buffer (header included) and frees it.
+/// A type that travels as its bytes: sends, typed receives and collectives take these.
+template <class T>
+concept wire_value = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
+
+/// A received (or to-be-sent) Converse message: owns the CmiAlloc'd buffer (header
+/// included) and frees it.
 class message {
 public:
     message() = default;
@@ -32,12 +54,17 @@ public:
     message& operator=(message&& o) noexcept;
     ~message();
 
+    /// A message for `handler` with `payload_size` bytes of payload left uninitialised, to
+    /// be filled in place (payload()) and sent without a copy.
+    static message allocate(int handler, std::size_t payload_size);
+
     explicit operator bool() const noexcept { return _msg != nullptr; }
     /// The whole message, header first.
     std::span<std::byte> bytes() const noexcept;
     /// The user data after CmiMsgHeaderSizeBytes.
     std::span<std::byte> payload() const noexcept;
     int handler() const noexcept { return CmiGetHandler(_msg); }
+    void set_handler(int h) noexcept { CmiSetHandler(_msg, h); }
     void* get() const noexcept { return _msg; }
     /// Gives up ownership (the caller must CmiFree it).
     void* release() noexcept {
@@ -46,36 +73,164 @@ public:
         return m;
     }
 
+    /// The payload as an array of T, in place (no copy). Throws std::length_error when the
+    /// payload is not a whole number of T.
+    template <wire_value T>
+    std::span<T> as_span() const {
+        const auto p = payload();
+        if (p.size() % sizeof(T) != 0) size_mismatch(sizeof(T), true);
+        // Message memory is 16-byte aligned and the header is 16 bytes: the payload is too.
+        static_assert(alignof(T) <= 16,
+                      "coverse::message::as_span: T needs over 16-byte alignment");
+        return {reinterpret_cast<T*>(p.data()), p.size() / sizeof(T)};
+    }
+    /// The payload as one T (a copy). Throws std::length_error when its size is not sizeof(T).
+    template <wire_value T>
+    T as() const {
+        const auto p = payload();
+        if (p.size() != sizeof(T)) size_mismatch(sizeof(T), false);
+        T v;
+        std::memcpy(&v, p.data(), sizeof v);
+        return v;
+    }
+
 private:
+    [[noreturn]] void size_mismatch(std::size_t want, bool array) const;
     void* _msg = nullptr;
 };
 
 /// Builds a message for `handler` holding a copy of `payload`.
 message make_message(int handler, std::span<const std::byte> payload);
+/// Builds a message for `handler` holding a copy of `data` (an array of T).
+template <wire_value T>
+message make_message(int handler, std::span<const T> data) {
+    return make_message(handler, std::as_bytes(data));
+}
+
+/// A region of a PE's memory that other PEs may read (machine::get) and write
+/// (machine::put): what machine::expose returns, trivially copyable so it can be sent to
+/// them (send_value, broadcast, allgather). It names one registration per provider the
+/// owner has, so the same descriptor serves peers on this host (cma) and over TCP or verbs.
+struct remote_region {
+    static constexpr unsigned max_providers = 3;  // cma, tcp, verbs
+    std::uint32_t pe = 0;                         // the owner
+    std::uint32_t providers = 0;                  // bit k: keys[k] holds provider kind k + 1
+    std::uint64_t address = 0;
+    std::uint64_t length = 0;
+    std::uint64_t keys[max_providers] = {};
+
+    /// `length` bytes from `offset`; throws std::out_of_range past the region's end.
+    remote_region slice(std::uint64_t offset, std::uint64_t length) const;
+};
+
+/// The owner's side of an exposed region: holds its registrations (through the
+/// registration cache: memory exposed again is not registered again) and releases them
+/// exactly once, when it is destroyed. Keep it alive while peers may reach the memory.
+class exposed_region {
+public:
+    exposed_region() = default;
+    exposed_region(exposed_region&&) noexcept;
+    exposed_region& operator=(exposed_region&&) noexcept;
+    ~exposed_region();
+
+    /// What to send to the PEs that will get or put.
+    const remote_region& descriptor() const noexcept { return _desc; }
+    std::span<std::byte> memory() const noexcept { return _memory; }
+
+private:
+    friend class machine;
+    struct holder;
+    remote_region _desc;
+    std::span<std::byte> _memory;
+    std::unique_ptr<holder> _holder;
+};
+
+class machine;
 
 /// Messages for one handler, delivered in arrival order to whoever awaits `next()`.
+/// Bounded: a stream of capacity C lets each sending PE have at most C of its coroutine
+/// sends (machine::send) here that no `next()` took yet; the next send waits for a credit,
+/// which the receiving PE returns as its tasks take messages. Converse-facade sends and
+/// broadcasts to a stream's handler are not counted.
 class message_stream {
 public:
-    /// The next message for the handler (suspends until one arrives).
+    /// The awaiter of one receive. Waiters are served in order; a message is handed to
+    /// exactly one of them. Cancelled (its task's stop token, a timeout) before it resumed,
+    /// a receive gives its message back to the front of the stream: none is half-taken.
+    class receive_awaiter : public detail::cancellable_wait<receive_awaiter> {
+    public:
+        explicit receive_awaiter(message_stream& s) noexcept : _s(s) {}
+        ~receive_awaiter();
+        bool try_now() noexcept;
+        void enqueue() noexcept { _s._waiters.push_back(this); }
+        void dequeue() noexcept { _s._waiters.remove(this); }
+        template <class P>
+        bool await_suspend(std::coroutine_handle<P> h) {
+            if constexpr (detail::has_stop_v<P>) _stop = h.promise().stop();
+            return cancellable_wait::await_suspend(h);
+        }
+        message await_resume();
+
+    private:
+        friend class message_stream;
+        message_stream& _s;
+        void* _msg = nullptr;
+        const std::stop_token* _stop = nullptr;
+    };
+
+    message_stream() = default;
+    message_stream(const message_stream&) = delete;
+    message_stream& operator=(const message_stream&) = delete;
+    ~message_stream();
+
+    /// `co_await stream.receive()`: the next message, without a task frame.
+    receive_awaiter receive() noexcept { return receive_awaiter{*this}; }
+    /// The next message for the handler (suspends until one arrives). Throws
+    /// cancelled_error when the task's stop token fires first (no message is taken then).
     task<message> next();
+    /// The next message's payload as one T; throws std::length_error (the message is
+    /// dropped) when its size is not sizeof(T).
+    template <wire_value T>
+    task<T> next() {
+        message m = co_await receive();
+        co_return m.as<T>();
+    }
+    /// The next message, or nullopt when none came within `timeout` (nothing is taken then).
+    task<std::optional<message>> next(clock::duration timeout);
+    /// A message if one is queued, without waiting.
+    std::optional<message> try_next();
     /// Messages that arrived and were not taken by next() yet.
-    std::size_t pending() const noexcept { return _queue.size() - _head; }
+    std::size_t pending() const noexcept { return _queue.size(); }
     int handler() const noexcept { return _handler; }
+    /// Credits per sending PE (0: unbounded).
+    std::uint32_t capacity() const noexcept { return _capacity; }
 
 private:
     friend class machine;
     void push(void* msg);
+    void give_back(void* msg);
+    void taken(void* msg);
+    machine* _machine = nullptr;
     int _handler = -1;
-    std::vector<void*> _queue;  // FIFO via _head
-    std::size_t _head = 0;
-    std::coroutine_handle<> _waiter;
+    std::uint32_t _capacity = 0;
+    std::deque<void*> _queue;
+    detail::waiter_list _waiters;
+    std::vector<std::uint32_t> _owed;  // credits to return, by PE
+    // The sender's side: credits this PE holds for the stream of the same handler on each
+    // PE, made on the first send there.
+    std::vector<std::unique_ptr<semaphore>> _credits;
 };
 
 /// This process's PE. Obtained from `coverse::run` (or `machine::current()` once the
 /// runtime is up, also under ConverseInit).
 class machine {
 public:
+    /// Credits per sending PE of a stream unless register_stream says otherwise.
+    static constexpr std::uint32_t default_stream_capacity = 64;
+
     static machine& current();
+    machine(const machine&) = delete;
+    machine& operator=(const machine&) = delete;
 
     std::uint32_t pe() const noexcept;
     std::uint32_t num_pes() const noexcept;
@@ -83,14 +238,35 @@ public:
 
     /// A handler called with each message (it owns it). Same order on every PE.
     int register_handler(std::function<void(message)> fn);
-    /// A handler whose messages are queued for `co_await stream.next()`.
-    message_stream& register_stream();
+    /// A handler whose messages are queued for `co_await stream.next()`. Register the same
+    /// streams, with the same capacities, in the same order on every PE.
+    message_stream& register_stream(std::uint32_t capacity = default_stream_capacity);
 
-    /// Sends a whole message (header included, handler set). Completes when `msg` may be
-    /// reused; the data then is in the kernel (or queued locally for a send to self).
+    /// Sends `msg` (handler already set) to `pe`, taking ownership: no copy is made, and
+    /// the task completes once the message has gone (in the kernel or the peer's ring; for
+    /// a large one, when the receiver's get finished). To a bounded stream it first waits
+    /// for a credit (cancellable: nothing is sent then). Throws std::out_of_range for a PE
+    /// outside the job.
+    task<void> send(std::uint32_t pe, message msg);
+    /// Same, setting the handler first.
+    task<void> send(std::uint32_t pe, int handler, message msg);
+    /// Sends a whole message (header included, handler set) from the caller's buffer.
+    /// Completes when `msg` may be reused. (To a bounded stream it goes as a copy.)
     task<void> send(std::uint32_t pe, std::span<const std::byte> msg);
-    /// Sends `payload` to `handler` on `pe`.
+    /// Sends a copy of `payload` to `handler` on `pe`.
     task<void> send(std::uint32_t pe, int handler, std::span<const std::byte> payload);
+    /// Sends a copy of an array of T (trivially copyable) to `handler` on `pe`.
+    template <wire_value T>
+    requires(!std::same_as<std::remove_const_t<T>, std::byte>) task<void> send(std::uint32_t pe,
+                                                                               int handler,
+                                                                               std::span<T> data) {
+        co_await send(pe, make_message(handler, std::span<const T>(data)));
+    }
+    /// Sends one value of T to `handler` on `pe` (`stream.next<T>()` receives it).
+    template <wire_value T>
+    task<void> send_value(std::uint32_t pe, int handler, T value) {
+        co_await send(pe, make_message(handler, std::span<const T>(&value, 1)));
+    }
     /// To every PE (spanning tree or flat per BROADCAST_TREE); include_self adds a local copy.
     task<void> broadcast(std::span<const std::byte> msg, bool include_self = false);
     /// Completes once every PE reached the barrier. Messages arriving meanwhile wait.
@@ -98,20 +274,141 @@ public:
     /// Sum-reduces `value` over all PEs; every PE gets the total.
     task<std::int64_t> reduce_sum(std::int64_t value);
 
+    // ---- typed collectives on the spanning tree ------------------------------------------
+    // Every PE calls the same collectives in the same order (they are numbered). `op`
+    // combines two values and must be associative and commutative (the tree's order of
+    // combining is not the PEs' order). T travels as its bytes (trivially copyable).
+
+    /// Combines every PE's `value` with `op`; the root gets the result, the others nullopt.
+    template <wire_value T, class Op>
+    task<std::optional<T>> reduce(T value, Op op, std::uint32_t root = 0) {
+        auto total = co_await reduce_bytes(bytes_of(value), &merge_values<T, Op>, &op, root);
+        if (total.empty()) co_return std::nullopt;
+        co_return value_from<T>(total);
+    }
+    /// reduce, with the result on every PE.
+    template <wire_value T, class Op>
+    task<T> allreduce(T value, Op op) {
+        auto total = co_await reduce_bytes(bytes_of(value), &merge_values<T, Op>, &op, 0);
+        total = co_await broadcast_bytes(std::move(total), 0);
+        co_return value_from<T>(total);
+    }
+    /// The root's `value` on every PE (the others' `value` is ignored).
+    template <wire_value T>
+    requires(!std::is_convertible_v<T, std::span<const std::byte>>) task<T> broadcast(
+        T value, std::uint32_t root) {
+        auto v = co_await broadcast_bytes(bytes_of(value), root);
+        co_return value_from<T>(v);
+    }
+    /// Every PE's `value`, in PE order, at the root (empty elsewhere).
+    template <wire_value T>
+    task<std::vector<T>> gather(T value, std::uint32_t root = 0) {
+        auto all = co_await gather_bytes(bytes_of(value), root);
+        co_return values_from<T>(all);
+    }
+    /// Every PE's `value`, in PE order, on every PE.
+    template <wire_value T>
+    task<std::vector<T>> allgather(T value) {
+        auto all = co_await gather_bytes(bytes_of(value), 0);
+        all = co_await broadcast_bytes(std::move(all), 0);
+        co_return values_from<T>(all);
+    }
+
+    // ---- one-sided memory ---------------------------------------------------------------------
+    // Over the provider that reaches each peer (cma on this host, tcp or verbs otherwise;
+    // RDMA_PROVIDER forces one), the same code everywhere. A transfer that fails (the peer
+    // died, it does not know the region) throws std::runtime_error naming the PE and why.
+
+    /// Registers `memory` with every provider of this PE; the result's descriptor() may be
+    /// sent to other PEs.
+    task<exposed_region> expose(std::span<std::byte> memory);
+    /// Reads `remote` (owned by `pe`) into `local` (local.size() bytes from its start).
+    task<void> get(std::uint32_t pe, remote_region remote, std::span<std::byte> local);
+    /// Writes `local` into `remote` (owned by `pe`); completes once the bytes are in that
+    /// PE's memory.
+    task<void> put(std::uint32_t pe, std::span<const std::byte> local, remote_region remote);
+    /// put, then `note` (its handler set) to `pe`: when the note arrives there, the data is
+    /// in place. Completes when the note has gone.
+    task<void> put_notify(std::uint32_t pe, std::span<const std::byte> local, remote_region remote,
+                          message note);
+
+    // ---- structured concurrency ------------------------------------------------------------
+    /// The machine's task scope: tasks started here run beside the entry task, and
+    /// coverse::run waits for all of them before it shuts the PE down. An exception that
+    /// escapes one is reported with the task's name and stops the job.
+    task_scope& scope() noexcept { return _scope; }
+    void spawn(task<void> t, std::string name) { _scope.spawn(std::move(t), std::move(name)); }
+
     detail::pe_core& core() noexcept { return *_core; }
 
 private:
     friend class detail::pe_core;
-    explicit machine(detail::pe_core& c) : _core(&c) {}
+    friend class message_stream;
+    explicit machine(detail::pe_core& c);
+    using merge_fn = void (*)(std::vector<std::byte>& acc, std::span<const std::byte> in,
+                              const void* op);
+    template <class T>
+    static std::vector<std::byte> bytes_of(const T& v) {
+        std::vector<std::byte> b(sizeof(T));
+        std::memcpy(b.data(), &v, sizeof(T));
+        return b;
+    }
+    template <class T>
+    static T value_from(const std::vector<std::byte>& b) {
+        if (b.size() != sizeof(T)) collective_size_mismatch(b.size(), sizeof(T));
+        T v;
+        std::memcpy(&v, b.data(), sizeof(T));
+        return v;
+    }
+    template <class T>
+    static std::vector<T> values_from(const std::vector<std::byte>& b) {
+        if (b.size() % sizeof(T) != 0) collective_size_mismatch(b.size(), sizeof(T));
+        std::vector<T> out(b.size() / sizeof(T));
+        if (!out.empty()) std::memcpy(out.data(), b.data(), b.size());
+        return out;
+    }
+    template <class T, class Op>
+    static void merge_values(std::vector<std::byte>& acc, std::span<const std::byte> in,
+                             const void* op) {
+        if (in.size() != sizeof(T) || acc.size() != sizeof(T))
+            collective_size_mismatch(in.size(), sizeof(T));
+        T a, b;
+        std::memcpy(&a, acc.data(), sizeof(T));
+        std::memcpy(&b, in.data(), sizeof(T));
+        const T r = (*static_cast<const Op*>(op))(a, b);
+        std::memcpy(acc.data(), &r, sizeof(T));
+    }
+    [[noreturn]] static void collective_size_mismatch(std::size_t got, std::size_t want);
+    task<std::vector<std::byte>> reduce_bytes(std::vector<std::byte> mine, merge_fn merge,
+                                              const void* op, std::uint32_t root);
+    task<std::vector<std::byte>> broadcast_bytes(std::vector<std::byte> data, std::uint32_t root);
+    task<std::vector<std::byte>> gather_bytes(std::vector<std::byte> mine, std::uint32_t root);
+    task<message> collective_message(std::uint32_t seq, std::uint32_t from);
+    task<void> send_collective(std::uint32_t to, std::uint32_t seq,
+                               std::span<const std::byte> data);
+    void check_pe(std::uint32_t pe, const char* what) const;
+    message_stream* stream_for(int handler) noexcept;
+    semaphore& credits(int handler, std::uint32_t pe);
+    void return_credits(std::uint32_t to, int handler, std::uint32_t count);
+    void on_credit(void* msg);
+    void on_collective(void* msg);
+
     detail::pe_core* _core;
     std::vector<std::unique_ptr<message_stream>> _streams;
+    // By handler index (handlers are numbered from 0): every send looks its stream up.
+    std::vector<message_stream*> _stream_by_handler;
     std::vector<std::unique_ptr<std::function<void(message)>>> _functions;
-    std::uint32_t _reduce_seq = 0;
+    std::uint32_t _collective_seq = 0;
+    // Collective messages that arrived, by (sequence << 32 | sending PE).
+    std::unordered_map<std::uint64_t, void*> _collective_inbox;
+    event _collective_arrived;
+    task_scope _scope{"coverse::machine"};
 };
 
 /// Starts this PE (launcher, mesh, handlers), runs `entry(machine)` on its scheduler while
-/// delivering Converse messages, then shuts down (every send finished, disconnect handshake
-/// with every peer) and returns the exit status (0; non-zero when the entry threw).
+/// delivering Converse messages, waits for the tasks of machine::scope(), then shuts down
+/// (every send finished, disconnect handshake with every peer) and returns the exit status
+/// (0; non-zero when the entry threw).
 int run(int argc, char** argv, std::function<task<void>(machine&)> entry);
 
 }  // namespace coverse

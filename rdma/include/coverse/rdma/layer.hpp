@@ -174,6 +174,8 @@ public:
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;
+    /// The provider of `kind`, or null (onesided.cpp; users call rdma::provider_of).
+    provider* provider_for_onesided(provider_kind kind) noexcept;
     /// One line per kind of peer: "same host: stream/inline <= 2048 B, ..., rndv/get/cma".
     std::string describe() const;
     /// How providers are chosen, for the trace header: "auto: same host cma, other hosts

@@ -1,0 +1,432 @@
+// The coroutine API's awaitables on 1, 2 and 4 PEs (same host and over TCP): ownership-
+// taking sends (small and 1 MiB), typed sends and receives, receive timeouts and
+// cancellation (a stop before and after a message was handed over: none is half-taken),
+// when_all / when_any over sends and receives, bounded streams (a full stream holds the
+// sender back), the typed collectives with a user type and operator, the machine's task
+// scope (the job waits for it), and the error paths (PE out of range, wrong sizes).
+// Any mismatch aborts the job with a message saying what was expected.
+#include <converse.h>
+
+#include <coverse/coverse.hpp>
+#include <coverse/runtime/timer.hpp>
+#include <coverse/runtime/when.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+#define EXPECT(cond, ...)                                                       \
+    do {                                                                        \
+        if (!(cond)) CmiAbort("coro_features: PE %d: " #cond ": " __VA_ARGS__); \
+    } while (0)
+
+struct stats {  // a user type for the collectives
+    std::int64_t sum;
+    std::int32_t min;
+    std::int32_t max;
+};
+stats merge_stats(stats a, stats b) {
+    return {a.sum + b.sum, std::min(a.min, b.min), std::max(a.max, b.max)};
+}
+
+coverse::task<void> nap(std::chrono::milliseconds d) {
+    co_await coverse::sleep_for(d);
+}
+
+int stop_handler_hits = 0;
+coverse::task_scope* stop_target = nullptr;
+bool scope_task_done = false;
+
+coverse::task<void> receive_expecting_cancel(coverse::message_stream& s, bool* cancelled) {
+    try {
+        coverse::message m = co_await s.next();
+        (void)m;
+    } catch (const coverse::cancelled_error&) {
+        *cancelled = true;
+    }
+}
+
+coverse::task<void> send_many(coverse::machine& m, std::uint32_t to, int handler, int count,
+                              int* sent) {
+    for (int i = 0; i < count; ++i) {
+        co_await m.send_value(to, handler, i);
+        ++*sent;
+    }
+}
+
+coverse::task<void> send_expecting_cancel(coverse::machine& m, std::uint32_t to, int handler,
+                                          bool* cancelled) {
+    try {
+        co_await m.send_value(to, handler, -1);
+    } catch (const coverse::cancelled_error&) {
+        *cancelled = true;
+    }
+}
+
+// Runs after the entry returned: coverse::run must wait for it.
+coverse::task<void> late_ring(coverse::machine& m, coverse::message_stream& s) {
+    co_await coverse::sleep_for(20ms);
+    const std::uint32_t next = (m.pe() + 1) % m.num_pes();
+    co_await m.send_value(next, s.handler(), std::uint32_t{0xABC0} + m.pe());
+    const auto v = co_await s.next<std::uint32_t>();
+    const std::uint32_t prev = (m.pe() + m.num_pes() - 1) % m.num_pes();
+    EXPECT(v == 0xABC0 + prev, "late ring got %x", CmiMyPe(), v);
+    scope_task_done = true;
+}
+
+struct streams {
+    coverse::message_stream *ring, *big, *quiet, *self, *bounded, *late;
+    int stopper;
+};
+
+// ownership-taking sends, typed payloads
+coverse::task<void> sends(coverse::machine& m, streams st) {
+    auto& ring = *st.ring;
+    auto& big = *st.big;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const int pe = static_cast<int>(me);
+    {
+        coverse::message msg =
+            coverse::message::allocate(ring.handler(), 4 * sizeof(std::uint32_t));
+        auto words = msg.as_span<std::uint32_t>();
+        for (std::uint32_t i = 0; i < 4; ++i)
+            words[i] = me * 100 + i;
+        co_await m.send(next, std::move(msg));
+        EXPECT(!msg, "a sent message must be moved from", pe);
+        coverse::message got = co_await ring.next();
+        auto in = got.as_span<const std::uint32_t>();
+        EXPECT(in.size() == 4 && in[3] == prev * 100 + 3, "ring words %zu", pe, in.size());
+        bool threw = false;
+        try {
+            (void)got.as<std::uint64_t>();  // 16 bytes are not one 8-byte value
+        } catch (const std::length_error&) {
+            threw = true;
+        }
+        EXPECT(threw, "as<T> of the wrong size must throw", pe);
+
+        std::array<double, 3> arr{me + 0.5, 1.5, 2.5};
+        co_await m.send(next, ring.handler(), std::span<const double>(arr));
+        got = co_await ring.next();
+        EXPECT(got.as_span<double>().size() == 3 && got.as_span<double>()[0] == prev + 0.5,
+               "span of double", pe);
+
+        co_await m.send_value(next, ring.handler(), std::int16_t{7});
+        threw = false;
+        try {
+            (void)co_await ring.next<std::int64_t>();
+        } catch (const std::length_error&) {
+            threw = true;
+        }
+        EXPECT(threw, "next<int64_t> of a 2-byte message must throw", pe);
+    }
+    // 1 MiB, moved in: no copy on the way out; completes at get-done.
+    {
+        coverse::message msg = coverse::message::allocate(big.handler(), 1 << 20);
+        auto p = msg.payload();
+        for (std::size_t i = 0; i < p.size(); ++i)
+            p[i] = static_cast<std::byte>((i * 7 + me) & 0xFF);
+        co_await m.send(next, std::move(msg));
+        coverse::message got = co_await big.next();
+        EXPECT(got.payload().size() == (1u << 20), "1 MiB arrived with %zu", pe,
+               got.payload().size());
+        for (std::size_t i = 0; i < got.payload().size(); ++i)
+            if (got.payload()[i] != static_cast<std::byte>((i * 7 + prev) & 0xFF))
+                EXPECT(false, "1 MiB corrupt at %zu", pe, i);
+    }
+}
+
+// error paths
+coverse::task<void> errors(coverse::machine& m, streams st) {
+    auto& ring = *st.ring;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n;
+    const int pe = static_cast<int>(me);
+    {
+        bool threw = false;
+        try {
+            co_await m.send_value(n, ring.handler(), 1);
+        } catch (const std::out_of_range&) {
+            threw = true;
+        }
+        EXPECT(threw, "a send to PE %u must throw out_of_range", pe, n);
+        threw = false;
+        try {
+            (void)co_await m.reduce(1, std::plus<int>{}, n + 3);
+        } catch (const std::out_of_range&) {
+            threw = true;
+        }
+        EXPECT(threw, "reduce with root %u must throw out_of_range", pe, n + 3);
+        threw = false;
+        try {
+            co_await m.send(next, coverse::message{});
+        } catch (const std::invalid_argument&) {
+            threw = true;
+        }
+        EXPECT(threw, "sending an empty message must throw", pe);
+    }
+}
+
+// timeouts and cancellation
+coverse::task<void> cancellation(coverse::machine& m, streams st) {
+    auto& quiet = *st.quiet;
+    auto& self = *st.self;
+    const int stopper = st.stopper;
+    const std::uint32_t me = m.pe();
+    const int pe = static_cast<int>(me);
+    {
+        // Nothing comes: the timeout says so, and nothing is taken.
+        auto r = co_await quiet.next(5ms);
+        EXPECT(!r, "a receive on a quiet stream must time out", pe);
+        auto w = co_await coverse::with_timeout(quiet.next(), 2ms);
+        EXPECT(!w, "with_timeout on a quiet stream", pe);
+        // when_any: the sleep wins, the receive is cancelled and takes nothing.
+        auto any = co_await coverse::when_any(quiet.next(), nap(3ms));
+        EXPECT(any.index == 1, "when_any: the sleep must win, got %zu", pe, any.index);
+        EXPECT(quiet.pending() == 0, "nothing pending", pe);
+        // A message sent after those cancelled receives is still the next one taken.
+        co_await m.send_value(me, quiet.handler(), std::uint32_t{42});
+        auto later = co_await quiet.next(10s);
+        EXPECT(later && later->as<std::uint32_t>() == 42, "the message after cancelled receives",
+               pe);
+
+        // Stop before any message: the waiting receive throws cancelled_error.
+        coverse::task_scope scope("cancel test");
+        bool cancelled = false;
+        scope.spawn(receive_expecting_cancel(quiet, &cancelled), "receive to cancel");
+        co_await coverse::sleep_for(1ms);
+        scope.request_stop();
+        co_await scope.join();
+        EXPECT(cancelled, "a stopped receive must throw cancelled_error", pe);
+
+        // Stop after the message was handed to the waiting receive, before it ran again:
+        // both messages are delivered in one turn (the stream's, then one whose handler
+        // requests the stop), so the receive resumes already stopped and gives it back.
+        coverse::task_scope scope2("cancel after hand-off");
+        stop_target = &scope2;
+        bool cancelled2 = false;
+        scope2.spawn(receive_expecting_cancel(self, &cancelled2), "receive handed a message");
+        co_await coverse::sleep_for(1ms);
+        co_await m.send_value(me, self.handler(), std::uint32_t{77});
+        co_await m.send(me, stopper, std::span<const std::byte>{});
+        co_await scope2.join();
+        EXPECT(stop_handler_hits == 1 && cancelled2, "the handed-over receive must be cancelled",
+               pe);
+        auto back = self.try_next();
+        EXPECT(back && back->as<std::uint32_t>() == 77 && self.pending() == 0,
+               "the cancelled receive must give its message back", pe);
+    }
+}
+
+// when_all over sends and receives
+coverse::task<void> when_all_test(coverse::machine& m, streams st) {
+    auto& ring = *st.ring;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const int pe = static_cast<int>(me);
+    {
+        auto [a, b, got] =
+            co_await coverse::when_all(m.send_value(next, ring.handler(), me),
+                                       m.send_value(next, ring.handler(), me + 1000), ring.next());
+        (void)a;
+        (void)b;
+        coverse::message second = co_await ring.next();
+        const auto x = got.as<std::uint32_t>(), y = second.as<std::uint32_t>();
+        EXPECT(x == prev && y == prev + 1000, "when_all ring %u %u", pe, x, y);
+    }
+}
+
+// bounded stream: capacity 2 per sender
+coverse::task<void> bounded_test(coverse::machine& m, streams st) {
+    auto& bounded = *st.bounded;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n;
+    const int pe = static_cast<int>(me);
+    {
+        co_await m.barrier();
+        int sent = 0;
+        coverse::task_scope senders("bounded senders");
+        senders.spawn(send_many(m, next, bounded.handler(), 10, &sent), "bounded sender");
+        while (bounded.pending() < 2)
+            co_await coverse::sleep_for(200us);
+        co_await coverse::sleep_for(20ms);  // room for a third, if credits were broken
+        EXPECT(bounded.pending() == 2, "a stream of capacity 2 holds %zu", pe, bounded.pending());
+        for (int i = 0; i < 10; ++i) {
+            const int v = co_await bounded.next<int>();
+            EXPECT(v == i, "bounded stream: got %d, expected %d", pe, v, i);
+            EXPECT(bounded.pending() <= 2, "bounded stream over capacity: %zu", pe,
+                   bounded.pending());
+        }
+        co_await senders.join();
+        EXPECT(sent == 10, "sent %d of 10", pe, sent);
+    }
+}
+
+// A send waiting for a credit, stopped: it throws cancelled_error and sends nothing.
+coverse::task<void> credit_cancel_test(coverse::machine& m, streams st) {
+    auto& bounded = *st.bounded;
+    const std::uint32_t me = m.pe();
+    const int pe = static_cast<int>(me);
+    {
+        co_await m.barrier();  // every PE drained its bounded stream
+        for (int i = 0; i < 2; ++i)
+            co_await m.send_value(me, bounded.handler(), 100 + i);  // both of our credits
+        bool cancelled = false;
+        coverse::task_scope waiting("credit wait");
+        waiting.spawn(send_expecting_cancel(m, me, bounded.handler(), &cancelled), "third send");
+        co_await coverse::sleep_for(2ms);
+        waiting.request_stop();
+        co_await waiting.join();
+        EXPECT(cancelled, "a send waiting for a credit must be cancelled", pe);
+        EXPECT(co_await bounded.next<int>() == 100 && co_await bounded.next<int>() == 101,
+               "the two sends before the cancelled one", pe);
+        co_await coverse::sleep_for(2ms);
+        EXPECT(bounded.pending() == 0, "the cancelled send must not arrive (%zu pending)", pe,
+               bounded.pending());
+    }
+}
+
+// typed collectives
+coverse::task<void> collectives(coverse::machine& m, streams) {
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const int pe = static_cast<int>(me);
+    {
+        const stats mine{me + 1, static_cast<std::int32_t>(me), static_cast<std::int32_t>(me)};
+        const auto at_root = co_await m.reduce(mine, merge_stats, n - 1);
+        if (me == n - 1) {
+            EXPECT(at_root && at_root->sum == std::int64_t(n) * (n + 1) / 2 && at_root->min == 0 &&
+                       at_root->max == std::int32_t(n - 1),
+                   "reduce of stats at the root", pe);
+        } else {
+            EXPECT(!at_root, "reduce: a non-root PE gets nullopt", pe);
+        }
+        const stats all = co_await m.allreduce(mine, merge_stats);
+        EXPECT(all.sum == std::int64_t(n) * (n + 1) / 2 && all.max == std::int32_t(n - 1),
+               "allreduce of stats", pe);
+        const double b = co_await m.broadcast(me == n / 2 ? 3.25 : -1.0, n / 2);
+        EXPECT(b == 3.25, "broadcast from PE %u gave %f", pe, n / 2, b);
+        const auto g = co_await m.gather(me * me, 0);
+        if (me == 0) {
+            EXPECT(g.size() == n, "gather size %zu", pe, g.size());
+            for (std::uint32_t i = 0; i < n; ++i)
+                EXPECT(g[i] == i * i, "gather[%u] = %u", pe, i, g[i]);
+        } else {
+            EXPECT(g.empty(), "gather: a non-root PE gets nothing", pe);
+        }
+        const auto ag = co_await m.allgather(std::array<std::uint16_t, 2>{std::uint16_t(me), 9});
+        EXPECT(ag.size() == n && ag[n - 1][0] == n - 1 && ag[0][1] == 9, "allgather", pe);
+        const std::int64_t s = co_await m.reduce_sum(me);
+        EXPECT(s == std::int64_t(n) * (n - 1) / 2, "reduce_sum %lld", pe,
+               static_cast<long long>(s));
+        co_await m.barrier();
+    }
+}
+
+// one-sided memory: get and put over the provider that reaches each PE, and error paths
+coverse::task<void> onesided(coverse::machine& m, streams) {
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const int pe = static_cast<int>(me);
+    std::vector<std::uint32_t> mem(2048);
+    for (std::size_t i = 0; i < 1024; ++i)
+        mem[i] = me * 1'000'000 + static_cast<std::uint32_t>(i);
+    coverse::exposed_region region = co_await m.expose(std::as_writable_bytes(std::span(mem)));
+    const auto all = co_await m.allgather(region.descriptor());
+    EXPECT(all[next].pe == next && all[next].length == mem.size() * 4, "descriptors", pe);
+
+    // get the next PE's first half; put mine into the previous PE's second half.
+    std::vector<std::uint32_t> got(1024);
+    co_await m.get(next, all[next].slice(0, 4096), std::as_writable_bytes(std::span(got)));
+    for (std::size_t i = 0; i < got.size(); ++i)
+        EXPECT(got[i] == next * 1'000'000 + i, "get: word %zu is %u", pe, i, got[i]);
+    co_await m.put(prev, std::as_bytes(std::span(mem).first(1024)), all[prev].slice(4096, 4096));
+    co_await m.barrier();  // every put completed before its PE reached the barrier
+    for (std::size_t i = 0; i < 1024; ++i)
+        EXPECT(mem[1024 + i] == next * 1'000'000 + i, "put: word %zu is %u", pe, i, mem[1024 + i]);
+
+    auto throws = [](auto&& f) {
+        try {
+            f();
+        } catch (const std::exception&) {
+            return true;
+        }
+        return false;
+    };
+    EXPECT(throws([&] { (void)all[next].slice(4000, 8192); }), "slice past the end", pe);
+    bool threw = false;
+    if (n > 2) {  // on 1 or 2 PEs, prev == next
+        try {
+            co_await m.get(prev, all[next], std::as_writable_bytes(std::span(got)));
+        } catch (const std::invalid_argument&) {
+            threw = true;
+        }
+        EXPECT(threw, "a get naming the wrong PE must throw", pe);
+    }
+    threw = false;
+    std::vector<std::byte> too_big(all[next].length + 1);
+    try {
+        co_await m.get(next, all[next], too_big);
+    } catch (const std::out_of_range&) {
+        threw = true;
+    }
+    EXPECT(threw, "a get larger than the region must throw", pe);
+    threw = false;
+    try {
+        (void)co_await m.expose({});
+    } catch (const std::invalid_argument&) {
+        threw = true;
+    }
+    EXPECT(threw, "exposing nothing must throw", pe);
+    co_await m.barrier();  // nobody reads `mem` any more
+}
+
+// the machine's scope: the job waits for a task started here
+coverse::task<void> scope_test(coverse::machine& m, streams st) {
+    auto& late = *st.late;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    m.spawn(late_ring(m, late), "late ring");
+    if (me == 0) CmiPrintf("coro_features: %u PEs ok\n", n);
+    co_return;
+}
+
+coverse::task<void> entry(coverse::machine& m) {
+    streams st{&m.register_stream(),
+               &m.register_stream(),
+               &m.register_stream(),
+               &m.register_stream(),
+               &m.register_stream(2),
+               &m.register_stream(),
+               0};
+    st.stopper = m.register_handler([](coverse::message) {
+        ++stop_handler_hits;
+        stop_target->request_stop();
+    });
+    co_await sends(m, st);
+    co_await errors(m, st);
+    co_await cancellation(m, st);
+    co_await when_all_test(m, st);
+    co_await bounded_test(m, st);
+    co_await credit_cancel_test(m, st);
+    co_await collectives(m, st);
+    co_await onesided(m, st);
+    co_await scope_test(m, st);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int status = coverse::run(argc, argv, entry);
+    if (status == 0 && !scope_task_done) {
+        std::fprintf(stderr,
+                     "coro_features: coverse::run returned before the scope's task ended\n");
+        return 1;
+    }
+    return status;
+}
