@@ -136,31 +136,10 @@ protected:
     pair_options _opt;
 };
 
-// Sends sizes[k] with seed k, pausing every few messages so the receiver catches up and the
+// Sends sizes[k] with seed k, pausing every four messages so the receiver catches up and the
 // sender may use its channel; waits for every completion.
 int send_paced(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes) {
-    std::vector<recorded_send> done(sizes.size());
-    std::vector<void*> bufs;
-    for (std::size_t k = 0; k < sizes.size(); ++k) {
-        void* m = alloc::msg_alloc(sizes[k]);
-        if (!m) return 10;
-        fill(m, sizes[k], k);
-        bufs.push_back(m);
-        n.rdma->send(to, static_cast<const std::byte*>(m), static_cast<std::uint32_t>(sizes[k]),
-                     false, 0, &done[k]);
-        if (k % 4 == 3) n.wait_for([] { return false; }, 1ms);
-    }
-    if (!n.wait_for([&] {
-            for (auto& d : done)
-                if (d.calls == 0) return false;
-            return true;
-        }))
-        return 11;
-    for (auto& d : done)
-        if (d.calls != 1 || d.result != 0) return 12;
-    for (void* m : bufs)
-        alloc::msg_free(m);
-    return 0;
+    return send_numbered(n, to, sizes, 4);
 }
 
 // Takes `count` messages as they come, checks each against sizes[k] and seed k, and frees

@@ -286,4 +286,35 @@ inline bool check(const void* msg, std::size_t size, std::uint64_t seed) {
     return true;
 }
 
+/// Sends sizes[k] (filled with seed k) to `to` in order and waits for every completion;
+/// with `pause_every`, runs the loop 1 ms after every that many sends, so the receiver
+/// catches up. Returns 0, or 10 (no memory), 11 (a send never completed), 12 (one failed).
+inline int send_numbered(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes,
+                         std::size_t pause_every = 0) {
+    std::vector<recorded_send> done(sizes.size());
+    std::vector<void*> bufs;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+        void* m = alloc::msg_alloc(sizes[k]);
+        if (!m) return 10;
+        fill(m, sizes[k], k);
+        bufs.push_back(m);
+        n.rdma->send(to, static_cast<const std::byte*>(m), static_cast<std::uint32_t>(sizes[k]),
+                     false, 0, &done[k]);
+        if (pause_every && k % pause_every == pause_every - 1)
+            n.wait_for([] { return false; }, std::chrono::milliseconds(1));
+    }
+    if (!n.wait_for([&] {
+            for (auto& d : done)
+                if (d.calls == 0) return false;
+            return true;
+        }))
+        return 11;
+    int rc = 0;
+    for (auto& d : done)
+        if (d.calls != 1 || d.result != 0) rc = 12;
+    for (void* m : bufs)
+        alloc::msg_free(m);
+    return rc;
+}
+
 }  // namespace coverse::rdma::test

@@ -51,28 +51,7 @@ protected:
 
 // Sends `sizes[k]` with seed k in order; returns 0 or the failing check.
 int send_all(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes) {
-    std::vector<recorded_send> done(sizes.size());
-    std::vector<void*> bufs;
-    for (std::size_t k = 0; k < sizes.size(); ++k) {
-        void* m = alloc::msg_alloc(sizes[k]);
-        if (!m) return 10;
-        fill(m, sizes[k], k);
-        bufs.push_back(m);
-        n.rdma->send(to, static_cast<const std::byte*>(m), static_cast<std::uint32_t>(sizes[k]),
-                     false, 0, &done[k]);
-    }
-    if (!n.wait_for([&] {
-            for (auto& d : done)
-                if (d.calls == 0) return false;
-            return true;
-        }))
-        return 11;
-    int rc = 0;
-    for (auto& d : done)
-        if (d.calls != 1 || d.result != 0) rc = 12;
-    for (void* m : bufs)
-        alloc::msg_free(m);
-    return rc;
+    return send_numbered(n, to, sizes);
 }
 
 // Receives sizes.size() messages from `from`, checking order, size and every byte.
