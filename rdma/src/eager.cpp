@@ -603,13 +603,27 @@ void layer::impl::eager_peer_lost(std::uint32_t pe) {
         if (c->from == pe) c->closing = true;
 }
 
+namespace {
+// Channels closed while handlers still hold their slots: an owner must outlive what it owns,
+// and a message may be freed after the layer is gone, so they stay here (reachable, mapped)
+// until the process ends.
+struct retired {
+    std::vector<std::unique_ptr<eager_rx>> shm;
+    std::vector<std::unique_ptr<tcp_rx>> tcp;
+};
+retired& retired_owners() {
+    static auto* r = new retired;  // never freed: reachable until exit
+    return *r;
+}
+}  // namespace
+
 void layer::impl::eager_close() {
     for (auto& p : peers) {
         p.tcp_out.reset();
         if (p.tcp_in) {
             p.tcp_in->ctx = nullptr;
             // Slots a handler still holds: the owner outlives them (see below).
-            if (p.tcp_in->held) static_cast<void>(p.tcp_in.release());
+            if (p.tcp_in->held) retired_owners().tcp.push_back(std::move(p.tcp_in));
         }
         p.gate = nullptr;
         p.gate_segment.reset();
@@ -620,7 +634,7 @@ void layer::impl::eager_close() {
     // outlives what it owns): it stays mapped until the process ends.
     for (auto& c : eager.polled) {
         c->seg.unlink();
-        if (c->held) static_cast<void>(c.release());
+        if (c->held) retired_owners().shm.push_back(std::move(c));
     }
     eager.polled.clear();
 }
