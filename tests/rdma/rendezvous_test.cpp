@@ -170,6 +170,12 @@ TEST_P(rendezvous_provider, a_send_completes_only_at_get_done) {
         _opt,
         [&](node& n, const std::function<void()>&) {
             ::close(go[0]);
+            // Whatever happens here, PE 1 is let go when this body ends: a failure must fail
+            // the test, never leave PE 1 blocked on the pipe (the parent holds its other end).
+            struct release_pe1 {
+                int fd;
+                ~release_pe1() { [[maybe_unused]] auto w = ::write(fd, "g", 1); }
+            } guard{go[1]};
             void* m = alloc::msg_alloc(1 << 20);
             fill(m, 1 << 20, 0);
             recorded_send done;
@@ -178,6 +184,7 @@ TEST_P(rendezvous_provider, a_send_completes_only_at_get_done) {
             if (done.calls != 0) return 40;
             if (n.rdma->idle()) return 41;
             [[maybe_unused]] auto w = ::write(go[1], "g", 1);
+            guard.fd = -1;
             if (!n.wait_for([&] { return done.calls > 0; })) return 42;
             alloc::msg_free(m);
             return done.result == 0 && done.calls == 1 ? 0 : 43;
