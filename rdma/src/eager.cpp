@@ -248,13 +248,15 @@ void layer::impl::eager_note_stream_message(std::uint32_t from) {
         p.window_count = 0;
     }
     if (++p.window_count < cfg.eager_threshold) return;
+    // Counted once per EAGER_THRESHOLD messages, not on every message once a full pollset
+    // has turned the sender away.
+    p.window_count = 0;
     std::size_t shorts = 0;
     for (const auto& c : eager.polled)
         shorts += c->kind == eager_kind::short_slots && !c->done;
     for (const auto& q : peers)
         shorts += q.tcp_in != nullptr;
     if (shorts >= cfg.eager_pollset) return;
-    p.window_count = 0;
     if (!rings) {
         tcp_eager_open(from);
         return;
