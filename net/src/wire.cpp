@@ -203,6 +203,7 @@ bool uses_tag(frame_type type) noexcept {
         case frame_type::latency_pong:
         case frame_type::latency_table:
         case frame_type::latency_vector_minimum:
+        case frame_type::eager_data:  // 0: the short channel; else a long channel's id
             return true;
         default:
             return false;
@@ -690,8 +691,8 @@ decoded<eager_channel_payload> decode_eager_channel(std::span<const std::byte> b
     const auto reserved = load_le<std::uint64_t>(b.data() + eager_off::reserved);
     if (reserved != 0) {
         r.error = fail(decode_status::reserved_bits_set, type, "eager_channel.reserved", reserved);
-    } else if (action < 1 || action > 5) {
-        r.error = fail(decode_status::invalid_field, type, "eager_channel.action", action, 5);
+    } else if (action < 1 || action > 6) {
+        r.error = fail(decode_status::invalid_field, type, "eager_channel.action", action, 6);
     } else if (r.value.kind < 1 || r.value.kind > 2) {
         r.error = fail(decode_status::invalid_field, type, "eager_channel.kind", r.value.kind, 2);
     } else if (r.value.channel == 0 && r.value.action != eager_action::refuse &&
@@ -703,6 +704,8 @@ decoded<eager_channel_payload> decode_eager_channel(std::span<const std::byte> b
             fail(decode_status::invalid_field, type, "eager_channel.slots", r.value.slots, 1024);
     } else if (r.value.action == eager_action::open && r.value.capacity == 0) {
         r.error = fail(decode_status::invalid_field, type, "eager_channel.capacity", 0, 1);
+    } else if (r.value.action == eager_action::credit && r.value.slots == 0) {
+        r.error = fail(decode_status::invalid_field, type, "eager_channel.slots", 0, 1);
     }
     return r;
 }

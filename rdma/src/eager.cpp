@@ -171,23 +171,32 @@ bool layer::impl::eager_poll() {
         // A bounded batch per channel, like the rings, so one sender cannot hold the loop.
         for (int batch = 0; batch < 64 && c.delivered != written; ++batch) {
             const std::uint32_t n = c.seg.slots();
-            std::uint32_t found = n;
+            std::uint32_t found = n, bad = n;
             eager_footer f;
+            eager_footer_error bad_err;
             for (std::uint32_t j = 0; j < n; ++j) {
                 const std::uint32_t i = (c.guess + j) % n;
                 eager_footer_error err;
                 f = decode_eager_footer(c.seg.footer(i).load(std::memory_order_acquire),
                                         c.seg.capacity(), err);
                 if (err) {
-                    eager_bad_footer(c, i, err);
-                    break;
+                    // Not yet: the messages written before it are still delivered, in order,
+                    // and the scan may meet it before the slot of the next one.
+                    if (bad == n) {
+                        bad = i;
+                        bad_err = err;
+                    }
+                    continue;
                 }
                 if (f.sentinel == eager_sentinel::data && f.seq == c.next_seq) {
                     found = i;
                     break;
                 }
             }
-            if (c.done) break;
+            if (found == n && bad != n) {
+                eager_bad_footer(c, bad, bad_err);
+                break;
+            }
             if (found == n) {
                 // `written` counts a message whose footer we cannot find: a broken sender.
                 eager_footer_error err{"a message counted but in no slot", written, c.delivered};
@@ -346,9 +355,13 @@ void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_
         case eager_action::open: {  // we are the sender
             std::unique_ptr<eager_tx> tx;
             std::string why;
+            if (!p.out_ring && f.kind == static_cast<std::uint32_t>(eager_kind::long_buffers)) {
+                tcp_long_opened(from, f);  // over the connection (eager_tcp.cpp)
+                return;
+            }
             if (!p.out_ring && f.kind == static_cast<std::uint32_t>(eager_kind::short_slots)) {
                 // Over the connection: its slots are its own memory; we hold the credits.
-                p.tcp_out = std::make_unique<tcp_tx>(tcp_tx{f.slots, f.capacity});
+                p.tcp_out = std::make_unique<tcp_tx>(tcp_tx{f.slots, f.capacity, 0});
                 return;
             }
             if (!p.out_ring) {
@@ -409,8 +422,12 @@ void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_
             (void)stream_control(from, net::frame_type::eager_channel, false, 0, bytes);
             return;
         }
+        case eager_action::credit:  // we are the sender: long buffers freed (connections)
+            tcp_long_credit(from, f);
+            return;
         case eager_action::closed:     // we are the receiver: nothing more comes on it
         case eager_action::destroy: {  // likewise, for a persistent handle
+            if (f.action == eager_action::destroy && tcp_long_destroyed(from, f.channel)) return;
             eager_rx* c = eager_find_rx(from, f.channel);
             if (!c && f.action == eager_action::destroy) {
                 // A receiver-initiated channel: its sender named itself in the segment.
@@ -451,6 +468,8 @@ void layer::impl::on_persistent_request(std::uint32_t from,
         const auto cap =
             static_cast<std::uint32_t>(std::min<std::uint64_t>(r.max_size, cfg.eager_long_bytes));
         c = eager_create(from, eager_kind::long_buffers, cfg.eager_long_buffers, cap);
+    } else if (!(p.in_ring && p.out_ring) && tcp_long_open(from, r)) {
+        return;  // long buffers over the connection (eager_tcp.cpp)
     }
     if (!c) {
         ++eager.refused;
@@ -475,7 +494,7 @@ void layer::impl::eager_persistent_refused(std::uint32_t handle) {
 std::uint32_t layer::persistent_create(std::uint32_t dest, std::uint32_t max_bytes) {
     impl& m = *_impl;
     const std::uint32_t h = m.eager.next_handle++;
-    m.eager.persistent.emplace(h, persistent_out{dest, max_bytes, nullptr, false});
+    m.eager.persistent.emplace(h, persistent_out{dest, max_bytes, nullptr, false, nullptr});
     if (dest == m.cfg.rank || dest >= m.cfg.num_pes || max_bytes == 0) {
         m.eager.persistent.at(h).refused = true;  // to self or nowhere: sends go as usual
         return h;
@@ -503,7 +522,7 @@ std::uint32_t layer::persistent_register_receive(std::uint32_t receiver, std::ui
                                                  std::uint32_t max_bytes) {
     impl& m = *_impl;
     const std::uint32_t h = m.eager.next_handle++;
-    persistent_out po{receiver, max_bytes, nullptr, true};
+    persistent_out po{receiver, max_bytes, nullptr, true, nullptr};
     if (channel != 0 && receiver < m.cfg.num_pes && receiver != m.cfg.rank &&
         m.peers[receiver].out_ring) {
         try {
@@ -545,6 +564,15 @@ void layer::persistent_destroy(std::uint32_t handle) {
         m.eager_drop_tx(dest, it->second.channel.get());
         const auto bytes = net::encode(d);
         (void)m.stream_control(dest, net::frame_type::eager_channel, false, 0, bytes);
+    } else if (it->second.tcp) {
+        // Behind the handle's last eager_data frame on the same connection.
+        net::eager_channel_payload d;
+        d.action = net::eager_action::destroy;
+        d.kind = static_cast<std::uint32_t>(eager_kind::long_buffers);
+        d.channel = it->second.tcp->channel;
+        d.handle = handle;
+        const auto bytes = net::encode(d);
+        (void)m.stream_control(it->second.dest, net::frame_type::eager_channel, false, 0, bytes);
     }
     m.eager.persistent.erase(it);
 }
@@ -553,7 +581,7 @@ layer::persistent_state layer::persistent_status(std::uint32_t handle) const noe
     const impl& m = *_impl;
     auto it = m.eager.persistent.find(handle);
     if (it == m.eager.persistent.end()) return persistent_state::unknown;
-    if (it->second.channel) return persistent_state::open;
+    if (it->second.channel || it->second.tcp) return persistent_state::open;
     return it->second.refused ? persistent_state::refused : persistent_state::pending;
 }
 
@@ -572,20 +600,35 @@ layer::eager_counters layer::eager_stats() const noexcept {
     for (const auto& p : m.peers) {
         if (p.eager_out || p.tcp_out) ++c.writing;
         if (p.tcp_in) ++c.polled;
+        c.polled += p.tcp_long.size();
     }
+    for (const auto& [h, po] : m.eager.persistent)
+        if (po.tcp) ++c.writing;
     c.credit_frames = m.credit_frames;
+    c.credits_back = m.credits_back;
     return c;
 }
 
-void layer::inject_bad_eager_footer(std::uint32_t dest) {
+bool layer::inject_bad_eager_footer(std::uint32_t dest) {
     impl& m = *_impl;
     eager_tx* c = dest < m.peers.size() ? m.peers[dest].eager_out.get() : nullptr;
-    if (!c) return;
-    c->seg.footer(c->hint).store(eager_footer::encode(0x0BAD, c->next_seq++, 8),
-                                 std::memory_order_release);
+    if (!c) return false;
+    // A free slot, as a send would take: writing over a slot the receiver has not taken yet
+    // would destroy a good message (the test then lost one under load).
+    const std::uint32_t n = c->seg.slots();
+    std::uint32_t slot = n;
+    for (std::uint32_t k = 0; k < n && slot == n; ++k) {
+        const std::uint32_t i = (c->hint + k) % n;
+        const auto s = static_cast<std::uint16_t>(c->seg.footer(i).load(std::memory_order_acquire));
+        if (s == eager_sentinel::ready || s == eager_sentinel::free) slot = i;
+    }
+    if (slot == n) return false;
+    c->seg.footer(slot).store(eager_footer::encode(0x0BAD, c->next_seq++, 8),
+                              std::memory_order_release);
     c->seg.header().written.store(++c->written, std::memory_order_release);
     m.peers[dest].gate = c;
     if (m.peers[dest].out_ring->take_sleeper()) m.peers[dest].out_bell->ring();
+    return true;
 }
 
 void layer::impl::eager_peer_lost(std::uint32_t pe) {
@@ -597,6 +640,7 @@ void layer::impl::eager_peer_lost(std::uint32_t pe) {
     for (auto& [h, po] : eager.persistent)
         if (po.dest == pe) {
             po.channel.reset();
+            po.tcp.reset();
             po.refused = true;
         }
     // What it wrote before it died is still delivered; then its channels stop. Slots that
@@ -619,6 +663,10 @@ retired& retired_owners() {
 }
 }  // namespace
 
+void layer::impl::retire_tcp_rx(std::unique_ptr<tcp_rx> c) {
+    retired_owners().tcp.push_back(std::move(c));
+}
+
 void layer::impl::eager_close() {
     for (auto& p : peers) {
         p.tcp_out.reset();
@@ -627,6 +675,11 @@ void layer::impl::eager_close() {
             // Slots a handler still holds: the owner outlives them (see below).
             if (p.tcp_in->held) retired_owners().tcp.push_back(std::move(p.tcp_in));
         }
+        for (auto& c : p.tcp_long) {
+            c->ctx = nullptr;
+            if (c->held) retired_owners().tcp.push_back(std::move(c));
+        }
+        p.tcp_long.clear();
         p.gate = nullptr;
         p.gate_segment.reset();
         p.eager_out.reset();

@@ -45,6 +45,8 @@ layer_config layer_config::from_settings() {
         clamp32(std::max<std::size_t>(1, settings::count("EAGER_SHORT_MESSAGE_BOUNDARY"))),
         eager_segment::largest_capacity);
     c.eager_pollset = settings::count("EAGER_SHORT_POLLSET_SIZE_MAXIMUM");
+    c.eager_credit_delay_ns = static_cast<std::uint64_t>(
+        std::chrono::nanoseconds(settings::duration("EAGER_CREDIT_DELAY")).count());
     c.eager_long_buffers = clamp32(
         std::min<std::size_t>(settings::count("EAGER_LONG_BUFFERS"), eager_segment::most_slots));
     c.eager_long_bytes = std::min<std::uint32_t>(clamp32(settings::count("EAGER_LONG_BUFFER_SIZE")),
@@ -205,7 +207,8 @@ void mesh_sent(void* ctx, int result) {
 void layer::send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
                  std::uint32_t root, send_completion* done) {
     impl& m = *_impl;
-    if (!broadcast && !m.peers[dest].out_ring && m.peers[dest].tcp_out &&
+    if (!broadcast && !m.peers[dest].out_ring &&
+        (m.peers[dest].tcp_out || !m.eager.current.empty()) &&
         m.tcp_eager_send(dest, buf, size, done))
         return;
     if (!broadcast && m.peers[dest].out_ring &&
@@ -434,6 +437,7 @@ void layer::close() {
     if (m.mesh) m.mesh->set_frame_hook(nullptr);
     m.tasks.request_stop();
     if (m.tasks.live()) m.sched.run_until([&] { return m.tasks.live() == 0; });
+    if (m.credit_timer.armed()) m.sched.cancel_timer(m.credit_timer);
     m.eager_close();
     m.shm_close();
     for (auto& p : m.peers)

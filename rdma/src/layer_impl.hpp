@@ -89,6 +89,8 @@ struct tcp_rx final : alloc::chunk_owner {
     tcp_rx(std::uint32_t from, std::uint32_t slots, std::uint32_t capacity);
     ~tcp_rx();
     std::uint32_t from, slots, capacity, stride;
+    std::uint32_t id = 0;      // 0: the peer's short channel; else a long channel (persistent)
+    std::uint32_t handle = 0;  // a long channel's persistent handle at the sender
     std::byte* mem = nullptr;
     std::vector<std::uint32_t> free_slots;  // LIFO: the warmest slot first
     std::uint32_t held = 0;                 // placed or handed to handlers
@@ -105,6 +107,7 @@ struct tcp_rx final : alloc::chunk_owner {
 struct tcp_tx {
     std::uint32_t credits;
     std::uint32_t capacity;
+    std::uint32_t channel = 0;  // the receiver's id for a long channel (eager_data's tag)
 };
 
 struct persistent_out {
@@ -112,6 +115,7 @@ struct persistent_out {
     std::uint32_t max_bytes;
     std::unique_ptr<eager_tx> channel;  // null until the receiver opened it (or refused)
     bool refused = false;
+    std::unique_ptr<tcp_tx> tcp;  // over a connection: the receiver's long buffers, our credits
 };
 
 struct peer {
@@ -146,6 +150,7 @@ struct peer {
     eager_rx* eager_in = nullptr;
     std::unique_ptr<tcp_rx> tcp_in;   // over the connection: our slots for this sender
     std::unique_ptr<tcp_tx> tcp_out;  // its slots for us: the credits we hold
+    std::vector<std::unique_ptr<tcp_rx>> tcp_long;  // our long buffers for its persistent handles
     bool eager_refused = false;
     std::uint64_t window_start_ns = 0;
     std::uint32_t window_count = 0;
@@ -264,12 +269,26 @@ struct layer::impl {
     bool tcp_eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
                         send_completion* done);
     void tcp_eager_open(std::uint32_t from);
+    bool tcp_long_open(std::uint32_t from, const net::persistent_request_payload& r);
+    void tcp_long_opened(std::uint32_t from, const net::eager_channel_payload& f);
+    void tcp_long_credit(std::uint32_t from, const net::eager_channel_payload& f);
+    bool tcp_long_destroyed(std::uint32_t from, std::uint32_t channel);
+    tcp_rx* tcp_channel_of(std::uint32_t pe, std::uint32_t id) noexcept;
+    tcp_tx* tcp_persistent_for(std::uint32_t dest, std::uint32_t size) noexcept;
+    static void retire_tcp_rx(std::unique_ptr<tcp_rx> c);
+    void tcp_long_return(tcp_rx& c) noexcept;
     std::byte* tcp_eager_place(std::uint32_t pe, const net::frame_header& h) noexcept;
     void tcp_eager_take(std::uint32_t pe, net::frame& f);
     void tcp_credits_back(std::uint32_t pe, std::uint32_t n) noexcept;
     void tcp_return_credits(tcp_rx& c) noexcept;
     std::uint16_t tcp_credits_for(std::uint32_t pe) noexcept;
-    std::uint64_t tcp_eager_sends = 0, tcp_eager_receives = 0, tcp_no_credit = 0, credit_frames = 0;
+    void tcp_send_credits(tcp_rx& c) noexcept;
+    static void on_credit_timer(timer_node* t) noexcept;
+    // Armed while a connection channel owes credits that no frame has carried yet: a sender
+    // whose traffic stopped short of half the slots still gets them back (eager_tcp.cpp).
+    timer_node credit_timer;
+    std::uint64_t tcp_eager_sends = 0, tcp_eager_receives = 0, tcp_no_credit = 0, credit_frames = 0,
+                  credits_back = 0;
 
     // ---- rendezvous (rendezvous.cpp) --------------------------------------------------------
     void rendezvous_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,

@@ -365,6 +365,13 @@ constexpr setting_info registry[] = {
      .default_value = "32",
      .meaning = "most senders whose short channels a receiver polls",
      .layer = "rdma"},
+    {.name = "EAGER_CREDIT_DELAY",
+     .type = vt::microseconds,
+     .default_value = "200",
+     .meaning = "over a connection: freed slots go back to their sender in a credit frame "
+                "after at most this long when no other frame carried them; 0: only once "
+                "half the slots are owed",
+     .layer = "rdma"},
     {.name = "EAGER_LONG_BUFFERS",
      .type = vt::count,
      .default_value = "3",

@@ -342,6 +342,8 @@ enum class eager_action : std::uint32_t {
     closed = 3,   // sender -> receiver: no more writes; everything written came before this
     refuse = 4,   // receiver -> sender: no channel for this persistent request (send as usual)
     destroy = 5,  // sender -> receiver: the persistent handle is destroyed
+    credit = 6,   // receiver -> sender: `slots` buffers of a long channel over a connection
+                  // were freed (a short channel's credits ride in the frame header instead)
 };
 
 /// eager_channel: set-up and tear-down of one eager channel (rdma/eager.hpp). It travels on
@@ -351,7 +353,7 @@ struct eager_channel_payload {
     std::uint32_t kind = 1;                    // @4  u32: 1 short slots, 2 long buffers
     std::uint32_t channel = 0;                 // @8  u32: the receiver's channel id (>= 1)
     std::uint32_t handle = 0;                  // @12 u32: the sender's persistent handle (0: none)
-    std::uint32_t slots = 0;                   // @16 u32: open: 1..1024
+    std::uint32_t slots = 0;                   // @16 u32: open: 1..1024; credit: count >= 1
     std::uint32_t capacity = 0;                // @20 u32: open: message bytes per slot, >= 1
                                                // @24 u64 reserved
     static constexpr std::size_t wire_size = 32;

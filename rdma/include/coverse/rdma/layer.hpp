@@ -98,6 +98,10 @@ struct layer_config {
     std::uint32_t eager_slots = 16;
     std::uint32_t eager_short_bytes = 16384;
     std::size_t eager_pollset = 32;
+    /// EAGER_CREDIT_DELAY: freed slots owed to a sender over a connection go back in a
+    /// credit frame after at most this long when nothing else carries them (0: only once
+    /// half the slots are owed).
+    std::uint64_t eager_credit_delay_ns = 200'000;
     /// EAGER_LONG_BUFFERS / EAGER_LONG_BUFFER_SIZE: a persistent handle's channel.
     std::uint32_t eager_long_buffers = 3;
     std::uint32_t eager_long_bytes = 1u << 20;
@@ -166,11 +170,13 @@ public:
         std::uint64_t opened = 0, refused = 0, bad_footers = 0;
         std::size_t polled = 0, writing = 0;  // channels open now, each way
         std::uint64_t credit_frames = 0;      // explicit credit returns (connections)
+        std::uint64_t credits_back = 0;       // credits our receivers returned (connections)
     };
     eager_counters eager_stats() const noexcept;
     /// Fault injection for tests: writes a footer no correct sender writes (an unknown
-    /// sentinel) into the next slot of our short channel to `dest`, as a broken peer would.
-    void inject_bad_eager_footer(std::uint32_t dest);
+    /// sentinel) into a free slot of our short channel to `dest`, as a broken peer would.
+    /// False when there is no channel or every slot is taken (try again later).
+    bool inject_bad_eager_footer(std::uint32_t dest);
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;
