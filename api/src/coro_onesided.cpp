@@ -125,9 +125,12 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
     // Under ON_PEER_LOST=report a dead owner is the caller's to handle (a cma get sees the
     // process gone before the connection's failure is noticed: that is the same loss).
     if (!r.ok() && m.core().report_lost_peers() &&
-        (r.status == rdma::op_status::peer_lost || m.core().is_lost(pe)))
+        (r.status == rdma::op_status::peer_lost || m.core().is_lost(pe))) {
+        m.core().lose_peer(
+            pe, "a one-sided " + std::string(what) + " found it gone (" + r.detail + ")");
         throw peer_lost(pe, std::string("a one-sided ") + what + " over " + via +
                                 (r.detail.empty() ? "" : ": " + r.detail));
+    }
     if (!r.ok())
         throw std::runtime_error(op + " (" + via + "): " + std::string(rdma::to_string(r.status)) +
                                  (r.detail.empty() ? "" : ": " + r.detail));

@@ -137,14 +137,26 @@ void message_stream::taken(void* msg) {
     }
 }
 
-// Every receive waiting now ends with peer_lost: a stream has no fixed sender, so each
-// waiter learns of the loss and decides whether to wait again. Waiting means the queue is
-// empty: what the lost PE sent before it died was handed out already.
-void message_stream::lost(std::uint32_t pe) {
-    while (auto* w = _waiters.pop_front()) {
-        static_cast<receive_awaiter*>(w)->_lost = pe;
-        w->wake();
+// Every receive that was waiting when the loss became known (the `index`-th loss) ends with
+// peer_lost: a stream has no fixed sender, so each such waiter learns of the loss and
+// decides whether to wait again. Waiting means the queue is empty: what the lost PE sent
+// before it died was handed out already. Receives that began later knew of it.
+void message_stream::lost(std::uint32_t pe, std::uint32_t index) {
+    for (detail::waiter* w = _waiters.front(); w != nullptr;) {
+        detail::waiter* next = w->next;
+        auto* r = static_cast<receive_awaiter*>(w);
+        if (r->_losses <= index) {
+            _waiters.remove(w);
+            r->_lost = pe;
+            w->wake();
+        }
+        w = next;
     }
+}
+
+void message_stream::receive_awaiter::enqueue() noexcept {
+    _losses = _s._machine->core().lost_count();
+    _s._waiters.push_back(this);
 }
 
 bool message_stream::receive_awaiter::try_now() noexcept {
@@ -224,8 +236,9 @@ void machine::on_peer_lost(void* msg) {
     std::uint32_t pe = 0;
     std::memcpy(&pe, static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, sizeof pe);
     alloc::msg_free(msg);
+    const std::uint32_t index = _core->loss_index(pe);
     for (auto& s : _streams) {
-        s->lost(pe);
+        s->lost(pe, index);
         if (pe < s->_credits.size() && s->_credits[pe])
             s->_credits[pe]->release(std::size_t{1} << 30);  // senders wake, see it lost
     }

@@ -408,6 +408,7 @@ void pe_core::lose_peer(std::uint32_t pe, const std::string& why) {
     _lost.resize(_num_pes, false);
     _lost[pe] = true;
     if (!_first_lost) _first_lost = pe;
+    _lost_order.push_back(pe);
     if (_rdma) _rdma->peer_lost(pe);  // fails its transfers and queued sends (idempotent)
     const std::string text =
         "PE " + std::to_string(_pe) + " lost PE " + std::to_string(pe) + ": " + why;

@@ -202,6 +202,19 @@ public:
     bool is_lost(std::uint32_t pe) const noexcept { return pe < _lost.size() && _lost[pe]; }
     /// The first PE this PE lost (report mode), if any.
     std::optional<std::uint32_t> first_lost() const noexcept { return _first_lost; }
+    /// PEs lost so far; a lost PE's index in that order (a waiter that started after it was
+    /// known does not wait for it).
+    std::uint32_t lost_count() const noexcept {
+        return static_cast<std::uint32_t>(_lost_order.size());
+    }
+    std::uint32_t loss_index(std::uint32_t pe) const noexcept {
+        for (std::uint32_t i = 0; i < _lost_order.size(); ++i)
+            if (_lost_order[i] == pe) return i;
+        return lost_count();
+    }
+    /// ON_PEER_LOST=report: `pe` is gone (its connection failed, a transfer found its
+    /// process gone); fail what needs it, queue the notice. Once per PE.
+    void lose_peer(std::uint32_t pe, const std::string& why);
 
     // ---- groups ----------------------------------------------------------------------
     CmiGroup establish_group(int npes, const int* pes);
@@ -402,8 +415,6 @@ private:
     reduction& reduction_for(std::uint32_t seq);
     [[noreturn]] void fatal(const std::string& text);
     [[noreturn]] void peer_lost(const std::string& text);
-    /// ON_PEER_LOST=report: `pe` is gone; fail what needs it, queue the notice.
-    void lose_peer(std::uint32_t pe, const std::string& why);
 
     static pe_core* _instance;
 
@@ -505,6 +516,7 @@ private:
     bool _report_lost = false;  // ON_PEER_LOST=report
     std::vector<bool> _lost;    // by PE, report mode
     std::optional<std::uint32_t> _first_lost;
+    std::vector<std::uint32_t> _lost_order;
     bool _api_send = false;  // start_send is opening the handle (handle_slot::api)
     bool _shut_down = false;
     pe_activity _activity;               // hot-path counters for the hang report

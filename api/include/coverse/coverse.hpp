@@ -192,14 +192,15 @@ public:
     /// The awaiter of one receive. Waiters are served in order; a message is handed to
     /// exactly one of them. Cancelled (its task's stop token, a timeout) before it resumed,
     /// a receive gives its message back to the front of the stream: none is half-taken.
-    /// Under ON_PEER_LOST=report, a receive waiting when a PE is lost throws peer_lost
-    /// (messages that PE sent before it died and that arrived are handed out first).
+    /// Under ON_PEER_LOST=report, a receive that was waiting when this PE learnt of a PE's
+    /// loss throws peer_lost (messages that PE sent before it died and that arrived are
+    /// handed out first); one that starts later waits for the other PEs' messages.
     class receive_awaiter : public detail::cancellable_wait<receive_awaiter> {
     public:
         explicit receive_awaiter(message_stream& s) noexcept : _s(s) {}
         ~receive_awaiter();
         bool try_now() noexcept;
-        void enqueue() noexcept { _s._waiters.push_back(this); }
+        void enqueue() noexcept;
         void dequeue() noexcept { _s._waiters.remove(this); }
         template <class P>
         bool await_suspend(std::coroutine_handle<P> h) {
@@ -214,6 +215,7 @@ public:
         void* _msg = nullptr;
         const std::stop_token* _stop = nullptr;
         std::uint32_t _lost = no_pe;  // woken by the loss of this PE
+        std::uint32_t _losses = 0;    // PEs known lost when it began to wait
     };
 
     message_stream() = default;
@@ -248,7 +250,7 @@ private:
     void push(void* msg);
     void give_back(void* msg);
     void taken(void* msg);
-    void lost(std::uint32_t pe);
+    void lost(std::uint32_t pe, std::uint32_t index);
     static constexpr std::uint32_t no_pe = ~0u;
     machine* _machine = nullptr;
     int _handler = -1;
