@@ -89,6 +89,9 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
                     remote_region remote) {
     const char* what = is_get ? "get" : "put";
     check_transfer(m, what, pe, remote, local.size());
+    // A stop asked before the transfer is posted cancels it; once posted it runs to the
+    // provider's final completion (it reads or writes `local` until then).
+    if ((co_await this_task::stop_token()).stop_requested()) throw cancelled_error{};
     if (local.empty()) co_return;
     auto* remote_bytes = reinterpret_cast<std::byte*>(remote.address);
     if (pe == m.pe()) {
@@ -98,9 +101,6 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
             std::memmove(remote_bytes, local.data(), local.size());
         co_return;
     }
-    // A stop asked before the transfer is posted cancels it; once posted it runs to the
-    // provider's final completion (it reads or writes `local` until then).
-    if ((co_await this_task::stop_token()).stop_requested()) throw cancelled_error{};
     if (m.core().is_lost(pe)) throw peer_lost(pe, std::string("a one-sided ") + what);
     rdma::layer* l = m.core().rdma();
     rdma::provider* p = l ? rdma::provider_to(*l, pe) : nullptr;
