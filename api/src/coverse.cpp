@@ -259,6 +259,9 @@ std::uint32_t machine::num_pes() const noexcept {
 scheduler& machine::sched() noexcept {
     return _core->sched();
 }
+bool machine::is_lost(std::uint32_t pe) const noexcept {
+    return _core->is_lost(pe);
+}
 
 void machine::check_pe(std::uint32_t pe, const char* what) const {
     if (pe >= _core->num_pes())

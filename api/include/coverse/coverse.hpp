@@ -277,6 +277,9 @@ public:
     std::uint32_t pe() const noexcept;
     std::uint32_t num_pes() const noexcept;
     scheduler& sched() noexcept;
+    /// Under ON_PEER_LOST=report: whether this PE has learnt that `pe` died (always false
+    /// with the default, where a death stops the job).
+    bool is_lost(std::uint32_t pe) const noexcept;
 
     /// A handler called with each message (it owns it). Same order on every PE.
     int register_handler(std::function<void(message)> fn);
