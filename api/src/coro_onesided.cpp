@@ -45,6 +45,8 @@ remote_region remote_region::slice(std::uint64_t offset, std::uint64_t len) cons
 
 task<exposed_region> machine::expose(std::span<std::byte> memory) {
     if (memory.empty()) throw std::invalid_argument("coverse::machine::expose: an empty span");
+    // Registration does not wait on anyone: a stop asked before it is the only one to honour.
+    if ((co_await this_task::stop_token()).stop_requested()) throw cancelled_error{};
     exposed_region r;
     r._memory = memory;
     r._desc.pe = pe();
@@ -87,6 +89,9 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
                     remote_region remote) {
     const char* what = is_get ? "get" : "put";
     check_transfer(m, what, pe, remote, local.size());
+    // A stop asked before the transfer is posted cancels it; once posted it runs to the
+    // provider's final completion (it reads or writes `local` until then).
+    if ((co_await this_task::stop_token()).stop_requested()) throw cancelled_error{};
     if (local.empty()) co_return;
     auto* remote_bytes = reinterpret_cast<std::byte*>(remote.address);
     if (pe == m.pe()) {
@@ -96,6 +101,7 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
             std::memmove(remote_bytes, local.data(), local.size());
         co_return;
     }
+    if (m.core().is_lost(pe)) throw peer_lost(pe, std::string("a one-sided ") + what);
     rdma::layer* l = m.core().rdma();
     rdma::provider* p = l ? rdma::provider_to(*l, pe) : nullptr;
     const std::string op = std::string("coverse::machine::") + what + (is_get ? " from" : " to") +
@@ -116,6 +122,15 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
     else
         r = co_await waiting_for({wait_kind::other, pe, remote.address, "a one-sided put"},
                                  rdma::put(*p, pe, local, rm));
+    // Under ON_PEER_LOST=report a dead owner is the caller's to handle (a cma get sees the
+    // process gone before the connection's failure is noticed: that is the same loss).
+    if (!r.ok() && m.core().report_lost_peers() &&
+        (r.status == rdma::op_status::peer_lost || m.core().is_lost(pe))) {
+        m.core().lose_peer(
+            pe, "a one-sided " + std::string(what) + " found it gone (" + r.detail + ")");
+        throw peer_lost(pe, std::string("a one-sided ") + what + " over " + via +
+                                (r.detail.empty() ? "" : ": " + r.detail));
+    }
     if (!r.ok())
         throw std::runtime_error(op + " (" + via + "): " + std::string(rdma::to_string(r.status)) +
                                  (r.detail.empty() ? "" : ": " + r.detail));

@@ -39,6 +39,14 @@ struct credit_return {
 };
 }  // namespace
 
+// ---- peer_lost -------------------------------------------------------------------------------
+
+peer_lost::peer_lost(std::uint32_t pe, const std::string& during)
+    : std::runtime_error("coverse: PE " + std::to_string(pe) + " was lost" +
+                         (during.empty() ? "" : " (" + during + ")") +
+                         "; it died or its connection failed"),
+      _pe(pe) {}
+
 // ---- message ---------------------------------------------------------------------------------
 
 message& message::operator=(message&& o) noexcept {
@@ -129,6 +137,28 @@ void message_stream::taken(void* msg) {
     }
 }
 
+// Every receive that was waiting when the loss became known (the `index`-th loss) ends with
+// peer_lost: a stream has no fixed sender, so each such waiter learns of the loss and
+// decides whether to wait again. Waiting means the queue is empty: what the lost PE sent
+// before it died was handed out already. Receives that began later knew of it.
+void message_stream::lost(std::uint32_t pe, std::uint32_t index) {
+    for (detail::waiter* w = _waiters.front(); w != nullptr;) {
+        detail::waiter* next = w->next;
+        auto* r = static_cast<receive_awaiter*>(w);
+        if (r->_losses <= index) {
+            _waiters.remove(w);
+            r->_lost = pe;
+            w->wake();
+        }
+        w = next;
+    }
+}
+
+void message_stream::receive_awaiter::enqueue() noexcept {
+    _losses = _s._machine->core().lost_count();
+    _s._waiters.push_back(this);
+}
+
 bool message_stream::receive_awaiter::try_now() noexcept {
     if (_s._queue.empty() || !_s._waiters.empty()) return false;  // FIFO among receivers
     _msg = _s._queue.front();
@@ -143,6 +173,8 @@ message_stream::receive_awaiter::~receive_awaiter() {
 
 message message_stream::receive_awaiter::await_resume() {
     check_cancelled();
+    if (_lost != no_pe)
+        throw peer_lost(_lost, "waiting for a message of handler " + std::to_string(_s._handler));
     if (_msg && _stop && _stop->stop_requested()) {
         // Stopped after the message was handed over but before this task ran again (a
         // timeout, a when_any loser): the message goes back, the receive is cancelled.
@@ -183,6 +215,35 @@ machine::machine(detail::pe_core& c) : _core(&c) {
     c.set_internal_handler(
         detail::internal_handler::coro_collective,
         [](void* msg, void* self) { static_cast<machine*>(self)->on_collective(msg); }, this);
+    c.set_internal_handler(
+        detail::internal_handler::peer_lost_notice,
+        [](void* msg, void* self) { static_cast<machine*>(self)->on_peer_lost(msg); }, this);
+}
+
+machine::~machine() {
+    for (auto& [key, msg] : _collective_inbox)
+        alloc::msg_free(msg);
+}
+
+void machine::check_not_lost(std::uint32_t pe, const char* what) const {
+    if (_core->is_lost(pe)) throw peer_lost(pe, what);
+}
+
+// ON_PEER_LOST=report: the core queued this behind what the PE sent. Everything waiting on it
+// wakes and finds it lost: receives, senders waiting for its stream credits or a handle
+// slot, collectives. (Sends and one-sided transfers in flight fail in the core and rdma.)
+void machine::on_peer_lost(void* msg) {
+    std::uint32_t pe = 0;
+    std::memcpy(&pe, static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, sizeof pe);
+    alloc::msg_free(msg);
+    const std::uint32_t index = _core->loss_index(pe);
+    for (auto& s : _streams) {
+        s->lost(pe, index);
+        if (pe < s->_credits.size() && s->_credits[pe])
+            s->_credits[pe]->release(std::size_t{1} << 30);  // senders wake, see it lost
+    }
+    _collective_arrived.set();
+    _collective_arrived.reset();
 }
 
 machine& machine::current() {
@@ -197,6 +258,9 @@ std::uint32_t machine::num_pes() const noexcept {
 }
 scheduler& machine::sched() noexcept {
     return _core->sched();
+}
+bool machine::is_lost(std::uint32_t pe) const noexcept {
+    return _core->is_lost(pe);
 }
 
 void machine::check_pe(std::uint32_t pe, const char* what) const {
@@ -244,6 +308,7 @@ semaphore& machine::credits(int handler, std::uint32_t pe) {
 }
 
 void machine::return_credits(std::uint32_t to, int handler, std::uint32_t count) {
+    if (_core->is_lost(to)) return;  // nobody will send again
     const int size = static_cast<int>(CmiMsgHeaderSizeBytes + sizeof(credit_return));
     void* msg = CmiAlloc(size);
     CmiInitMsgHeader(msg, size);
@@ -251,7 +316,7 @@ void machine::return_credits(std::uint32_t to, int handler, std::uint32_t count)
     const credit_return c{handler, _core->pe(), count};
     std::memcpy(static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, &c, sizeof c);
     // Never waits for a credit itself: credit messages go to an internal handler.
-    _core->send(static_cast<int>(to), size, msg, pe_core::ownership::take, "stream credit");
+    _core->send_for_api(to, msg);
 }
 
 void machine::on_credit(void* msg) {
@@ -269,9 +334,25 @@ void machine::on_credit(void* msg) {
     credits(c.handler, c.from).release(c.count);
 }
 
+task<void> machine::send_bytes(std::uint32_t pe, std::span<const std::byte> bytes) {
+    // Borrowed by the core: no copy; it completes once every frame went (get-done for a
+    // rendezvous). A small send usually finishes at once, without a wait.
+    for (;;) {
+        check_not_lost(pe, "a send to it");
+        if (const auto started = _core->start_send(pe, bytes)) {
+            if (*started) co_await _core->finish_send(*started, pe);
+            break;
+        }
+        co_await _core->slot_or_loss();  // every handle slot in use
+    }
+    // Its frames failed, or went into a dead PE's ring or socket: not delivered.
+    check_not_lost(pe, "a send to it");
+}
+
 task<void> machine::send(std::uint32_t pe, message msg) {
     check_pe(pe, "send");
     if (!msg) throw std::invalid_argument("coverse::machine::send: an empty message");
+    check_not_lost(pe, "a send to it");
     const int h = msg.handler();
     if (message_stream* s = stream_for(h); s && s->capacity() > 0) {
         semaphore& c = credits(h, pe);
@@ -279,16 +360,11 @@ task<void> machine::send(std::uint32_t pe, message msg) {
             co_await waiting_for({wait_kind::credits, pe, static_cast<std::uint64_t>(h),
                                   "a credit of the receiver's stream"},
                                  c.acquire());
+        check_not_lost(pe, "a send to it, waiting for a credit");
         header_of(msg.get())->flags |= credit_flag | (this->pe() << source_shift);
     }
-    // Borrowed by the core: no copy; it completes once every frame went (get-done for a
-    // rendezvous). The message is freed when this frame ends. A small send usually
-    // finishes at once, without the frames of send_async.
-    const auto started = _core->start_send(pe, msg.bytes());
-    if (!started)
-        co_await _core->send_async(pe, msg.bytes());
-    else if (*started)
-        co_await _core->finish_send(*started, pe);
+    // The message is freed when this frame ends.
+    co_await send_bytes(pe, msg.bytes());
 }
 
 task<void> machine::send(std::uint32_t pe, int handler, message msg) {
@@ -308,7 +384,7 @@ task<void> machine::send(std::uint32_t pe, std::span<const std::byte> msg) {
         co_await send(pe, std::move(copy));
         co_return;
     }
-    co_await _core->send_async(pe, msg);
+    co_await send_bytes(pe, msg);
 }
 
 task<void> machine::send(std::uint32_t pe, int handler, std::span<const std::byte> payload) {
@@ -319,8 +395,16 @@ task<void> machine::broadcast(std::span<const std::byte> msg, bool include_self)
     co_await _core->broadcast_async(msg, include_self);
 }
 
+namespace {
+void merge_nothing(std::vector<std::byte>&, std::span<const std::byte>, const void*) {}
+}  // namespace
+
 task<void> machine::barrier() {
-    co_await _core->barrier(false);
+    // Up the tree and down again with no data: a collective like the others, so it is
+    // numbered, cancellable and fails with peer_lost (the core's CmiBarrier is neither).
+    const std::uint32_t seq = next_collective();
+    co_await reduce_bytes({}, &merge_nothing, nullptr, 0, {seq, 0});
+    co_await broadcast_bytes({}, 0, {seq, 1});
 }
 
 task<std::int64_t> machine::reduce_sum(std::int64_t value) {

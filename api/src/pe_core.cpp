@@ -130,11 +130,13 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         lo.bind = _opts.set_affinity;
         lo.verbose = _opts.verbose;
         lo.register_timeout = net::connection_timeout_from_env();
+        lo.stop_on_pe_failure = settings::text("ON_PEER_LOST") != "report";
         std::fflush(nullptr);
         std::exit(net::run_job(lo));
     }
 
     _broadcast_tree = settings::enabled("BROADCAST_TREE");
+    _report_lost = settings::text("ON_PEER_LOST") == "report";
     _layer_cfg = rdma::layer_config::from_settings();
     _small_boundary = _layer_cfg.small_boundary;
     _medium_boundary = _layer_cfg.medium_boundary;
@@ -291,11 +293,16 @@ void pe_core::start_networked(const net::launch_info& info) {
             "each host picks its PEs' data addresses by NETWORK_INTERFACE (on "
             "this host: " +
             net::interface_setting_text() + "; see docs/hosts.md)";
+    cfg.peer_failure_ends_receive = !_report_lost;
     _mesh = std::make_unique<net::mesh>(*_backend, std::move(l.value), std::move(cfg));
     _rdma->attach(*_mesh);
     _mesh->on_peer_failure([this](std::uint32_t pe, const std::string& why) {
         if (_rdma) _rdma->peer_lost(pe);
         if (_shut_down) return;
+        if (_report_lost) {
+            lose_peer(pe, why);
+            return;
+        }
         std::string text = "PE " + std::to_string(_pe) + " lost PE " + std::to_string(pe) + ": " +
                            why + "; stopping the job";
         if (_launcher)
@@ -394,6 +401,33 @@ double pe_core::wall_time() const noexcept {
     // moment to stop the job and name the PE that died and how; abort only if it does not.
     if (_launcher) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     abort_job(text);
+}
+
+void pe_core::lose_peer(std::uint32_t pe, const std::string& why) {
+    if (pe >= _num_pes || pe == _pe || is_lost(pe) || _shut_down) return;
+    _lost.resize(_num_pes, false);
+    _lost[pe] = true;
+    if (!_first_lost) _first_lost = pe;
+    _lost_order.push_back(pe);
+    if (_rdma) _rdma->peer_lost(pe);  // fails its transfers and queued sends (idempotent)
+    const std::string text =
+        "PE " + std::to_string(_pe) + " lost PE " + std::to_string(pe) + ": " + why;
+    // The Converse facade has no way to hear of it: a barrier or reduction of its waiting
+    // for every PE would wait forever. Stop the job, as the default does.
+    if (!_barrier_waiters.empty() || !_reductions.empty())
+        peer_lost(text + "; a Converse barrier or reduction waits for it, stopping the job");
+    print("coverse: " + text + "; ON_PEER_LOST=report: the job goes on without it\n", true);
+    // Queued behind the messages that came from it (the connection's frames are delivered
+    // before its failure is), so a stream hands those out before it reports the loss.
+    const int size = static_cast<int>(CmiMsgHeaderSizeBytes + sizeof(std::uint32_t));
+    void* notice = alloc::msg_alloc(static_cast<std::size_t>(size));
+    if (!notice) fatal("out of memory noting the loss of PE " + std::to_string(pe));
+    CmiInitMsgHeader(notice, size);
+    CmiSetHandler(notice, static_cast<int>(internal_handler::peer_lost_notice));
+    std::memcpy(static_cast<std::byte*>(notice) + CmiMsgHeaderSizeBytes, &pe, sizeof pe);
+    _net_queue.push_back(notice);
+    _slot_waiters.notify_all();  // sends to it waiting for a handle slot fail now
+    _sched->end_turn();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -56,20 +56,21 @@ inline constexpr std::uint32_t internal_handler_base = 0xFFFF'0000u;
 enum class internal_handler : std::uint32_t {
     reduce_contribution = internal_handler_base,
     reduce_struct_result,
-    sum_result,       // coroutine API reduce_sum: the total at PE 0
-    sum_final,        // coroutine API reduce_sum: the total broadcast to every PE
-    barrier_arrive,   // tree barrier, up: consumed on arrival, never queued
-    barrier_release,  // tree barrier, down
-    cth_resume,       // a Cth thread's token came up in the Csd queue (cth.cpp)
-    future_set,       // CfutureSet's value for a future of this PE (futures.cpp)
-    qd_start,         // quiescence: someone waits for it (to PE 0; quiescence.cpp)
-    qd_request,       // quiescence: PE 0 asks for counts once idle
-    qd_reply,         // quiescence: a PE's counts (to PE 0)
-    qd_done,          // quiescence: detected; raise CcdQUIESCENCE
-    cpm_enqueue,      // Cpm: a CpmEnqueue* message goes into the Csd queue (cpm.cpp)
-    cpm_thread,       // Cpm: a CpmMakeThread message runs in a new Cth thread
-    stream_credit,    // coroutine API: a receiver returns credits of a bounded stream
-    coro_collective,  // coroutine API: a typed collective's message (coro_collectives.cpp)
+    sum_result,        // coroutine API reduce_sum: the total at PE 0
+    sum_final,         // coroutine API reduce_sum: the total broadcast to every PE
+    barrier_arrive,    // tree barrier, up: consumed on arrival, never queued
+    barrier_release,   // tree barrier, down
+    cth_resume,        // a Cth thread's token came up in the Csd queue (cth.cpp)
+    future_set,        // CfutureSet's value for a future of this PE (futures.cpp)
+    qd_start,          // quiescence: someone waits for it (to PE 0; quiescence.cpp)
+    qd_request,        // quiescence: PE 0 asks for counts once idle
+    qd_reply,          // quiescence: a PE's counts (to PE 0)
+    qd_done,           // quiescence: detected; raise CcdQUIESCENCE
+    cpm_enqueue,       // Cpm: a CpmEnqueue* message goes into the Csd queue (cpm.cpp)
+    cpm_thread,        // Cpm: a CpmMakeThread message runs in a new Cth thread
+    stream_credit,     // coroutine API: a receiver returns credits of a bounded stream
+    coro_collective,   // coroutine API: a typed collective's message (coro_collectives.cpp)
+    peer_lost_notice,  // ON_PEER_LOST=report: a PE was lost (posted locally, never sent)
 };
 
 /// What a pup_er points at: coverse sizes and packs (reductions of structs), never unpacks.
@@ -188,6 +189,32 @@ public:
     std::optional<CmiCommHandle> start_send(std::uint32_t dest, std::span<const std::byte> msg);
     task<void> finish_send(CmiCommHandle h, std::uint32_t dest);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
+    /// A message the coroutine API sends for itself (ownership taken): under
+    /// ON_PEER_LOST=report a dead destination drops it instead of stopping the job.
+    void send_for_api(std::uint32_t dest, void* msg);
+    /// One wait until a handle slot frees or a PE is lost; the caller looks again.
+    task<void> slot_or_loss();
+
+    // ---- lost peers (ON_PEER_LOST) ------------------------------------------------------
+    /// ON_PEER_LOST=report: a dead PE is reported to the coroutine API (the notice message,
+    /// internal_handler::peer_lost_notice, queued behind what it sent) and the job goes on.
+    bool report_lost_peers() const noexcept { return _report_lost; }
+    bool is_lost(std::uint32_t pe) const noexcept { return pe < _lost.size() && _lost[pe]; }
+    /// The first PE this PE lost (report mode), if any.
+    std::optional<std::uint32_t> first_lost() const noexcept { return _first_lost; }
+    /// PEs lost so far; a lost PE's index in that order (a waiter that started after it was
+    /// known does not wait for it).
+    std::uint32_t lost_count() const noexcept {
+        return static_cast<std::uint32_t>(_lost_order.size());
+    }
+    std::uint32_t loss_index(std::uint32_t pe) const noexcept {
+        for (std::uint32_t i = 0; i < _lost_order.size(); ++i)
+            if (_lost_order[i] == pe) return i;
+        return lost_count();
+    }
+    /// ON_PEER_LOST=report: `pe` is gone (its connection failed, a transfer found its
+    /// process gone); fail what needs it, queue the notice. Once per PE.
+    void lose_peer(std::uint32_t pe, const std::string& why);
 
     // ---- groups ----------------------------------------------------------------------
     CmiGroup establish_group(int npes, const int* pes);
@@ -265,6 +292,7 @@ private:
         std::uint8_t protocol = 0;  // send_protocol, for the hang report
         std::uint32_t dest = 0;     // its (last) destination, for the hang report
         std::uint32_t held = 0;     // bytes of a copy or taken buffer it holds (SEND_QUEUE_BYTES)
+        bool api = false;  // a coroutine API send: a lost destination is its caller's error
     };
     struct reduction {
         bool local_in = false;
@@ -348,8 +376,11 @@ private:
                     std::uint32_t root) override {
         accept_message(from, msg, size, broadcast, root);
     }
-    void on_lost_message(std::uint32_t, std::uint64_t, const std::string& text) override {
-        peer_lost(text);
+    void on_lost_message(std::uint32_t from, std::uint64_t, const std::string& text) override {
+        if (_report_lost)
+            lose_peer(from, text);
+        else
+            peer_lost(text);
     }
     [[noreturn]] void on_fatal(const std::string& text) override { fatal(text); }
     void on_notice(const std::string& text) override { print(text, true); }
@@ -482,6 +513,11 @@ private:
     std::vector<std::vector<int>> _groups;
 
     bool _receiving = false;
+    bool _report_lost = false;  // ON_PEER_LOST=report
+    std::vector<bool> _lost;    // by PE, report mode
+    std::optional<std::uint32_t> _first_lost;
+    std::vector<std::uint32_t> _lost_order;
+    bool _api_send = false;  // start_send is opening the handle (handle_slot::api)
     bool _shut_down = false;
     pe_activity _activity;               // hot-path counters for the hang report
     std::unique_ptr<pe_doctor> _doctor;  // its responder thread, under coverse-run

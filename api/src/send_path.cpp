@@ -136,7 +136,10 @@ void pe_core::frame_done(frame_ticket& t, int result) {
               std::to_string(dest) + ": it is larger than a frame may carry (" +
               std::to_string(net::default_max_payload) +
               " bytes); MEDIUM_MESSAGE_BOUNDARY must stay below it");
-    if (result < 0 && !_shut_down)
+    // ON_PEER_LOST=report: a coroutine send's frame to a dead PE fails its send (the API
+    // sees the PE lost); anything else still stops the job.
+    const bool reported = _report_lost && !forward && _slots[slot].api;
+    if (result < 0 && !_shut_down && !reported)
         peer_lost(
             "PE " + std::to_string(_pe) + " could not send a message to PE " +
             std::to_string(dest) + ": " + std::strerror(-result) +
@@ -194,6 +197,7 @@ pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const
         std::memcpy(buf, msg, usize);
     }
     const std::uint32_t s = acquire_slot(caller);
+    _slots[s].api = _api_send;
     _slots[s].protocol = static_cast<std::uint8_t>(protocol_of(usize));
     ++_sends_in_flight;
     _slots[s].pending = 1;  // held until every frame is started
@@ -274,8 +278,27 @@ CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool includ
 std::optional<CmiCommHandle> pe_core::start_send(std::uint32_t dest,
                                                  std::span<const std::byte> msg) {
     if (_free_slots.empty()) return std::nullopt;
-    return send(static_cast<int>(dest), static_cast<int>(msg.size()),
-                const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
+    _api_send = true;
+    const CmiCommHandle h = send(static_cast<int>(dest), static_cast<int>(msg.size()),
+                                 const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
+    _api_send = false;
+    return h;
+}
+
+void pe_core::send_for_api(std::uint32_t dest, void* msg) {
+    _api_send = true;
+    send(static_cast<int>(dest), CmiSize(msg), msg, ownership::take, "coverse internal send");
+    _api_send = false;
+}
+
+task<void> pe_core::slot_or_loss() {
+    if (!_free_slots.empty()) co_return;
+    if (_sends_in_flight == 0)
+        fatal("send: all " + std::to_string(_slots.size()) +
+              " communication handles are held by the application; release them or "
+              "raise MAXIMUM_HANDLES");
+    co_await waiting_for({wait_kind::handle_slot, no_peer, 0, "MAXIMUM_HANDLES in use"},
+                         _slot_waiters.wait());
 }
 
 task<void> pe_core::finish_send(CmiCommHandle h, std::uint32_t dest) {

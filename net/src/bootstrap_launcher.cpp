@@ -889,6 +889,10 @@ void launcher::reap() {
             say(why + "; is the program a coverse/Converse program?");
             fail(clean ? 1 : exit_code_of(p->wait_status));
             failed = true;
+        } else if (!clean && !_opts.stop_on_pe_failure && running_count() > 0) {
+            say(pe_name(*p) + " " + wait_text(p->wait_status) +
+                "; ON_PEER_LOST=report: the other PEs go on");
+            fail(exit_code_of(p->wait_status));
         } else if (!clean) {
             why = pe_name(*p) + " " + wait_text(p->wait_status);
             say(why);

@@ -581,7 +581,7 @@ void mesh::fail(connection* c, const std::string& why) {
     }
     c->wake.set();
     c->bye.set();  // nobody waits for a bye from a dead peer
-    if (_failure.empty()) _failure = why;
+    if (_failure.empty() && _cfg.peer_failure_ends_receive) _failure = why;
     if (_on_failure)
         _on_failure(c->pe, why);
     else

@@ -428,6 +428,15 @@ void layer::peer_lost(std::uint32_t pe) {
     if (m.verbs) m.verbs->peer_lost(pe);
     m.fail_rendezvous_with(pe);
     m.eager_peer_lost(pe);
+    // Messages queued for its full ring never go: they complete as failed, or drain() (and
+    // the senders waiting on them) would wait for a reader that is gone.
+    auto& queue = m.peers[pe].out_queue;
+    while (!queue.empty()) {
+        send_completion* done = queue.front().done;
+        queue.pop_front();
+        --m.ring_queued;
+        done->sent(-EPIPE);
+    }
 }
 
 void layer::close() {

@@ -27,6 +27,7 @@ constexpr std::uint64_t MiB = 1024 * KiB;
 constexpr std::array<std::string_view, 4> net_backends{"auto", "uring", "io_uring", "asio"};
 constexpr std::array<std::string_view, 2> trace_modes{"stop", "ring"};
 constexpr std::array<std::string_view, 4> rdma_providers{"auto", "cma", "tcp", "verbs"};
+constexpr std::array<std::string_view, 2> peer_lost_policies{"abort", "report"};
 
 // Grouped by layer, bottom up; within a layer, DESIGN.md's order where it has one. A setting
 // is never removed (old job scripts set it): retire it by saying so in its meaning.
@@ -142,6 +143,16 @@ constexpr setting_info registry[] = {
         .default_value = "on",
         .meaning = "broadcast along a spanning tree of fan-out 4; off: the root sends to every PE",
         .layer = "api (machine core)",
+    },
+    {
+        .name = "ON_PEER_LOST",
+        .type = vt::choice,
+        .default_value = "abort",
+        .meaning = "a PE that dies: abort stops the job naming it; report keeps the others "
+                   "running and completes coroutine API operations that need it with "
+                   "coverse::peer_lost",
+        .layer = "api (machine core)",
+        .choices = peer_lost_policies,
     },
     {
         .name = "SHM",

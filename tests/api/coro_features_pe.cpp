@@ -41,6 +41,8 @@ coverse::task<void> nap(std::chrono::milliseconds d) {
 }
 
 int stop_handler_hits = 0;
+coverse::message_stream* st_go = nullptr;  // put_notify's cancelled note would land here
+int st_go_handler = -1;
 coverse::task_scope* stop_target = nullptr;
 bool scope_task_done = false;
 
@@ -82,7 +84,7 @@ coverse::task<void> late_ring(coverse::machine& m, coverse::message_stream& s) {
 }
 
 struct streams {
-    coverse::message_stream *ring, *big, *quiet, *self, *bounded, *late;
+    coverse::message_stream *ring, *big, *quiet, *self, *bounded, *late, *go;
     int stopper;
 };
 
@@ -387,6 +389,104 @@ coverse::task<void> onesided(coverse::machine& m, streams) {
     co_await m.barrier();  // nobody reads `mem` any more
 }
 
+// Runs `t` expecting cancelled_error (its scope's stop was requested before it started).
+coverse::task<void> expect_cancel(coverse::task<void> t, bool* cancelled) {
+    try {
+        co_await std::move(t);
+    } catch (const coverse::cancelled_error&) {
+        *cancelled = true;
+    }
+}
+
+// A stop requested before a one-sided operation is posted: cancelled_error, and nothing
+// was read or written (the buffers are the caller's again at once).
+coverse::task<void> onesided_cancel_test(coverse::machine& m, streams) {
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n;
+    const int pe = static_cast<int>(me);
+    std::vector<std::uint32_t> mem(1024, 0xAAAA0000u + me);
+    coverse::exposed_region region = co_await m.expose(std::as_writable_bytes(std::span(mem)));
+    const auto all = co_await m.allgather(region.descriptor());
+    std::vector<std::uint32_t> local(1024, 0x5555u);
+    const auto local_bytes = std::as_writable_bytes(std::span(local));
+    bool cancelled[4] = {};
+    {
+        coverse::task_scope stopped("stopped one-sided operations");
+        stopped.request_stop();
+        stopped.spawn(expect_cancel(m.get(next, all[next], local_bytes), &cancelled[0]), "get");
+        stopped.spawn(expect_cancel(m.put(next, local_bytes, all[next]), &cancelled[1]), "put");
+        stopped.spawn(expect_cancel(m.put_notify(next, local_bytes, all[next],
+                                                 coverse::message::allocate(st_go_handler, 0)),
+                                    &cancelled[2]),
+                      "put_notify");
+        auto expose_then_drop = [](coverse::machine& mm,
+                                   std::span<std::byte> b) -> coverse::task<void> {
+            (void)co_await mm.expose(b);
+        };
+        stopped.spawn(expect_cancel(expose_then_drop(m, local_bytes), &cancelled[3]), "expose");
+        co_await stopped.join();
+    }
+    for (int i = 0; i < 4; ++i)
+        EXPECT(cancelled[i], "stopped one-sided operation %d must throw cancelled_error", pe, i);
+    for (std::size_t i = 0; i < local.size(); ++i)
+        EXPECT(local[i] == 0x5555u, "a cancelled get wrote word %zu", pe, i);
+    co_await m.barrier();  // every PE's cancelled puts are behind it
+    for (std::size_t i = 0; i < mem.size(); ++i)
+        EXPECT(mem[i] == 0xAAAA0000u + me, "a cancelled put wrote word %zu", pe, i);
+    EXPECT(st_go->pending() == 0, "a cancelled put_notify sent its note", pe);
+    co_await m.barrier();  // nobody reads `mem` any more
+}
+
+// Collectives cancelled on one PE: PE 0 gives up on each kind of collective (a timeout)
+// before any other PE has called it, then lets them go on. Its abandoned collective must
+// not hand the late contributions to the next one: the allreduce after each is exact.
+coverse::task<void> collective_cancel_test(coverse::machine& m, streams st) {
+    auto& go = *st.go;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const int pe = static_cast<int>(me);
+    if (n == 1) co_return;  // nothing to wait for: every collective finishes at once
+    const char* kinds[] = {"reduce", "allreduce", "broadcast", "gather", "allgather", "barrier"};
+    for (int kind = 0; kind < 6; ++kind) {
+        auto one = [](coverse::machine& mm, int k) -> coverse::task<void> {
+            switch (k) {
+                case 0:
+                    (void)co_await mm.reduce(100, std::plus<int>{});
+                    break;
+                case 1:
+                    (void)co_await mm.allreduce(100, std::plus<int>{});
+                    break;
+                case 2:
+                    (void)co_await mm.broadcast(100, mm.num_pes() - 1);  // PE 0 waits
+                    break;
+                case 3:
+                    (void)co_await mm.gather(100);
+                    break;
+                case 4:
+                    (void)co_await mm.allgather(100);
+                    break;
+                default:
+                    co_await mm.barrier();
+            }
+        };
+        if (me == 0) {
+            const bool finished = co_await coverse::with_timeout(one(m, kind), 20ms);
+            EXPECT(!finished, "%s finished at PE 0 before the others called it", pe, kinds[kind]);
+            for (std::uint32_t p = 1; p < n; ++p)
+                co_await m.send_value(p, go.handler(), kind);
+        } else {
+            EXPECT(co_await go.next<int>() == kind, "the go message", pe);
+        }
+        // The others' part: leaves of a reduce or gather finish (they only send); anything
+        // that waits for PE 0 times out. Either is right.
+        if (me != 0) (void)co_await coverse::with_timeout(one(m, kind), 20ms);
+        const int total = co_await m.allreduce(static_cast<int>(me) + 1, std::plus<int>{});
+        EXPECT(total == static_cast<int>(n * (n + 1) / 2),
+               "the allreduce after a cancelled %s gave %d: a stale contribution", pe, kinds[kind],
+               total);
+    }
+    co_await m.barrier();
+}
+
 // the machine's scope: the job waits for a task started here
 coverse::task<void> scope_test(coverse::machine& m, streams st) {
     auto& late = *st.late;
@@ -397,13 +497,11 @@ coverse::task<void> scope_test(coverse::machine& m, streams st) {
 }
 
 coverse::task<void> entry(coverse::machine& m) {
-    streams st{&m.register_stream(),
-               &m.register_stream(),
-               &m.register_stream(),
-               &m.register_stream(),
-               &m.register_stream(2),
-               &m.register_stream(),
-               0};
+    streams st{
+        &m.register_stream(),  &m.register_stream(), &m.register_stream(), &m.register_stream(),
+        &m.register_stream(2), &m.register_stream(), &m.register_stream(), 0};
+    st_go = st.go;
+    st_go_handler = st.go->handler();
     st.stopper = m.register_handler([](coverse::message) {
         ++stop_handler_hits;
         stop_target->request_stop();
@@ -416,6 +514,8 @@ coverse::task<void> entry(coverse::machine& m) {
     co_await credit_cancel_test(m, st);
     co_await collectives(m, st);
     co_await onesided(m, st);
+    co_await onesided_cancel_test(m, st);
+    co_await collective_cancel_test(m, st);
     co_await scope_test(m, st);
 }
 

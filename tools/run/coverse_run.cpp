@@ -17,12 +17,35 @@
 
 namespace {
 
+// ON_PEER_LOST as the PEs will see it: the last `++set ON_PEER_LOST=...` among their
+// arguments (--set adds those too), else the environment (COVERSE_ON_PEER_LOST or
+// CMI_VMI_ON_PEER_LOST), else abort. The PEs check the value; the launcher only needs to
+// know whether to stop the others when one fails.
+std::string peer_lost_policy(const std::vector<std::string>& argv) {
+    constexpr std::string_view key = "ON_PEER_LOST=";
+    std::string found;
+    for (std::size_t i = 0; i < argv.size(); ++i) {
+        std::string_view a = argv[i];
+        if (a == "++set" && i + 1 < argv.size())
+            a = argv[++i];
+        else if (a.starts_with("++set="))
+            a.remove_prefix(6);
+        else
+            continue;
+        if (a.starts_with(key)) found = std::string(a.substr(key.size()));
+    }
+    if (!found.empty()) return found;
+    for (const char* var : {"COVERSE_ON_PEER_LOST", "CMI_VMI_ON_PEER_LOST"})
+        if (const char* v = std::getenv(var); v && *v) return v;
+    return "abort";
+}
+
 constexpr const char* usage_text =
     R"(Usage: coverse-run [options] [--] program [arguments...]
 
 Starts one process per PE of a coverse/Converse program, on this host or on the
 hosts of a nodelist, and relays their output; the job ends when every PE has
-ended, or as soon as one fails.
+ended, or as soon as one fails (with ON_PEER_LOST=report, only when all have ended).
 
 Options:
   -n N, +pN, +p N    number of PEs (default 1). Like charmrun, +pN or +p N among the
@@ -286,6 +309,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "coverse-run: %s\n\n%s", e.message.c_str(), usage_text);
         return 2;
     }
+    cl.opts.stop_on_pe_failure = peer_lost_policy(cl.opts.argv) != "report";
     try {
         return coverse::net::run_job(cl.opts);
     } catch (const std::exception& e) {

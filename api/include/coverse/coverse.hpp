@@ -22,6 +22,8 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
+#include <variant>
 #include <vector>
 
 #include <coverse/runtime/detail/waiter.hpp>
@@ -37,6 +39,39 @@ namespace coverse {
 
 namespace detail {
 class pe_core;
+}
+
+/// A PE this operation needs has died (its process ended, its connection was reset or
+/// closed outside the disconnect handshake). Thrown only under ON_PEER_LOST=report; by
+/// default a dead PE stops the job, naming it. See docs/coroutines.md, "When a PE dies".
+class peer_lost : public std::runtime_error {
+public:
+    explicit peer_lost(std::uint32_t pe, const std::string& during = {});
+    /// The PE that was lost.
+    std::uint32_t pe() const noexcept { return _pe; }
+
+private:
+    std::uint32_t _pe;
+};
+
+/// What an operation gave, or the PE whose loss ended it: catch_lost's result.
+template <class T>
+using or_lost = std::variant<std::conditional_t<std::is_void_v<T>, std::monostate, T>, peer_lost>;
+
+/// Runs `t` and returns its result, or the peer_lost it threw, as a value (other
+/// exceptions pass through): `if (auto* e = std::get_if<peer_lost>(&r)) ... e->pe()`.
+template <class T>
+task<or_lost<T>> catch_lost(task<T> t) {
+    try {
+        if constexpr (std::is_void_v<T>) {
+            co_await std::move(t);
+            co_return or_lost<T>{std::monostate{}};
+        } else {
+            co_return or_lost<T>{std::in_place_index<0>, co_await std::move(t)};
+        }
+    } catch (const peer_lost& e) {
+        co_return or_lost<T>{std::in_place_index<1>, e};
+    }
 }
 
 /// A type that travels as its bytes: sends, typed receives and collectives take these.
@@ -157,12 +192,15 @@ public:
     /// The awaiter of one receive. Waiters are served in order; a message is handed to
     /// exactly one of them. Cancelled (its task's stop token, a timeout) before it resumed,
     /// a receive gives its message back to the front of the stream: none is half-taken.
+    /// Under ON_PEER_LOST=report, a receive that was waiting when this PE learnt of a PE's
+    /// loss throws peer_lost (messages that PE sent before it died and that arrived are
+    /// handed out first); one that starts later waits for the other PEs' messages.
     class receive_awaiter : public detail::cancellable_wait<receive_awaiter> {
     public:
         explicit receive_awaiter(message_stream& s) noexcept : _s(s) {}
         ~receive_awaiter();
         bool try_now() noexcept;
-        void enqueue() noexcept { _s._waiters.push_back(this); }
+        void enqueue() noexcept;
         void dequeue() noexcept { _s._waiters.remove(this); }
         template <class P>
         bool await_suspend(std::coroutine_handle<P> h) {
@@ -176,6 +214,8 @@ public:
         message_stream& _s;
         void* _msg = nullptr;
         const std::stop_token* _stop = nullptr;
+        std::uint32_t _lost = no_pe;  // woken by the loss of this PE
+        std::uint32_t _losses = 0;    // PEs known lost when it began to wait
     };
 
     message_stream() = default;
@@ -210,6 +250,8 @@ private:
     void push(void* msg);
     void give_back(void* msg);
     void taken(void* msg);
+    void lost(std::uint32_t pe, std::uint32_t index);
+    static constexpr std::uint32_t no_pe = ~0u;
     machine* _machine = nullptr;
     int _handler = -1;
     std::uint32_t _capacity = 0;
@@ -235,6 +277,9 @@ public:
     std::uint32_t pe() const noexcept;
     std::uint32_t num_pes() const noexcept;
     scheduler& sched() noexcept;
+    /// Under ON_PEER_LOST=report: whether this PE has learnt that `pe` died (always false
+    /// with the default, where a death stops the job).
+    bool is_lost(std::uint32_t pe) const noexcept;
 
     /// A handler called with each message (it owns it). Same order on every PE.
     int register_handler(std::function<void(message)> fn);
@@ -269,7 +314,8 @@ public:
     }
     /// To every PE (spanning tree or flat per BROADCAST_TREE); include_self adds a local copy.
     task<void> broadcast(std::span<const std::byte> msg, bool include_self = false);
-    /// Completes once every PE reached the barrier. Messages arriving meanwhile wait.
+    /// Completes once every PE reached the barrier (a collective: numbered, cancellable, and
+    /// failed by a lost PE like the typed ones below).
     task<void> barrier();
     /// Sum-reduces `value` over all PEs; every PE gets the total.
     task<std::int64_t> reduce_sum(std::int64_t value);
@@ -278,46 +324,62 @@ public:
     // Every PE calls the same collectives in the same order (they are numbered). `op`
     // combines two values and must be associative and commutative (the tree's order of
     // combining is not the PEs' order). T travels as its bytes (trivially copyable).
+    //
+    // Cancellation (a stop token, with_timeout): a cancelled collective throws
+    // cancelled_error and is abandoned on this PE. Its number stays used, so the next
+    // collective never takes its messages (those that arrive late are dropped); the other
+    // PEs' part of it finishes only if they did not need this PE's, so cancel it on every PE
+    // (the same timeout everywhere) and go on with the next one.
+    // ON_PEER_LOST=report: once a PE is lost, every collective waiting then, and every later
+    // one, throws peer_lost naming it (the tree needs every PE).
 
     /// Combines every PE's `value` with `op`; the root gets the result, the others nullopt.
     template <wire_value T, class Op>
     task<std::optional<T>> reduce(T value, Op op, std::uint32_t root = 0) {
-        auto total = co_await reduce_bytes(bytes_of(value), &merge_values<T, Op>, &op, root);
+        const std::uint32_t seq = next_collective();
+        auto total =
+            co_await reduce_bytes(bytes_of(value), &merge_values<T, Op>, &op, root, {seq, 0});
         if (total.empty()) co_return std::nullopt;
         co_return value_from<T>(total);
     }
     /// reduce, with the result on every PE.
     template <wire_value T, class Op>
     task<T> allreduce(T value, Op op) {
-        auto total = co_await reduce_bytes(bytes_of(value), &merge_values<T, Op>, &op, 0);
-        total = co_await broadcast_bytes(std::move(total), 0);
+        const std::uint32_t seq = next_collective();
+        auto total = co_await reduce_bytes(bytes_of(value), &merge_values<T, Op>, &op, 0, {seq, 0});
+        total = co_await broadcast_bytes(std::move(total), 0, {seq, 1});
         co_return value_from<T>(total);
     }
     /// The root's `value` on every PE (the others' `value` is ignored).
     template <wire_value T>
     requires(!std::is_convertible_v<T, std::span<const std::byte>>) task<T> broadcast(
         T value, std::uint32_t root) {
-        auto v = co_await broadcast_bytes(bytes_of(value), root);
+        auto v = co_await broadcast_bytes(bytes_of(value), root, {next_collective(), 0});
         co_return value_from<T>(v);
     }
     /// Every PE's `value`, in PE order, at the root (empty elsewhere).
     template <wire_value T>
     task<std::vector<T>> gather(T value, std::uint32_t root = 0) {
-        auto all = co_await gather_bytes(bytes_of(value), root);
+        auto all = co_await gather_bytes(bytes_of(value), root, {next_collective(), 0});
         co_return values_from<T>(all);
     }
     /// Every PE's `value`, in PE order, on every PE.
     template <wire_value T>
     task<std::vector<T>> allgather(T value) {
-        auto all = co_await gather_bytes(bytes_of(value), 0);
-        all = co_await broadcast_bytes(std::move(all), 0);
+        const std::uint32_t seq = next_collective();
+        auto all = co_await gather_bytes(bytes_of(value), 0, {seq, 0});
+        all = co_await broadcast_bytes(std::move(all), 0, {seq, 1});
         co_return values_from<T>(all);
     }
 
     // ---- one-sided memory ---------------------------------------------------------------------
     // Over the provider that reaches each peer (cma on this host, tcp or verbs otherwise;
-    // RDMA_PROVIDER forces one), the same code everywhere. A transfer that fails (the peer
-    // died, it does not know the region) throws std::runtime_error naming the PE and why.
+    // RDMA_PROVIDER forces one), the same code everywhere. A transfer that fails (it does not
+    // know the region) throws std::runtime_error naming the PE and why; the PE's death is
+    // peer_lost under ON_PEER_LOST=report.
+    // Cancellation: a stop requested before a transfer is posted throws cancelled_error and
+    // nothing is read or written; once posted, the operation waits for the provider's final
+    // completion (the buffers stay in use until then) and reports what happened.
 
     /// Registers `memory` with every provider of this PE; the result's descriptor() may be
     /// sent to other PEs.
@@ -345,6 +407,14 @@ private:
     friend class detail::pe_core;
     friend class message_stream;
     explicit machine(detail::pe_core& c);
+    ~machine();
+    /// One collective's part: its number and, for two-step ones (allreduce: a reduce, then a
+    /// broadcast), the step.
+    struct collective_id {
+        std::uint32_t seq;
+        std::uint32_t step;
+    };
+    std::uint32_t next_collective() noexcept { return _collective_seq++; }
     using merge_fn = void (*)(std::vector<std::byte>& acc, std::span<const std::byte> in,
                               const void* op);
     template <class T>
@@ -380,18 +450,27 @@ private:
     }
     [[noreturn]] static void collective_size_mismatch(std::size_t got, std::size_t want);
     task<std::vector<std::byte>> reduce_bytes(std::vector<std::byte> mine, merge_fn merge,
-                                              const void* op, std::uint32_t root);
-    task<std::vector<std::byte>> broadcast_bytes(std::vector<std::byte> data, std::uint32_t root);
-    task<std::vector<std::byte>> gather_bytes(std::vector<std::byte> mine, std::uint32_t root);
-    task<message> collective_message(std::uint32_t seq, std::uint32_t from);
-    task<void> send_collective(std::uint32_t to, std::uint32_t seq,
-                               std::span<const std::byte> data);
+                                              const void* op, std::uint32_t root, collective_id id);
+    task<std::vector<std::byte>> broadcast_bytes(std::vector<std::byte> data, std::uint32_t root,
+                                                 collective_id id);
+    task<std::vector<std::byte>> gather_bytes(std::vector<std::byte> mine, std::uint32_t root,
+                                              collective_id id);
+    task<message> collective_message(collective_id id, std::uint32_t from);
+    task<void> send_collective(std::uint32_t to, collective_id id, std::span<const std::byte> data);
+    /// A collective that ended without finishing (cancelled, a PE lost): its messages that
+    /// wait here are dropped, and so are those that arrive later.
+    void abandon_collective(std::uint32_t seq);
+    /// Sends `bytes` (a whole message) and waits until it went; peer_lost if `pe` is or
+    /// becomes lost first.
+    task<void> send_bytes(std::uint32_t pe, std::span<const std::byte> bytes);
+    void check_not_lost(std::uint32_t pe, const char* what) const;
     void check_pe(std::uint32_t pe, const char* what) const;
     message_stream* stream_for(int handler) noexcept;
     semaphore& credits(int handler, std::uint32_t pe);
     void return_credits(std::uint32_t to, int handler, std::uint32_t count);
     void on_credit(void* msg);
     void on_collective(void* msg);
+    void on_peer_lost(void* msg);
 
     detail::pe_core* _core;
     std::vector<std::unique_ptr<message_stream>> _streams;
@@ -399,8 +478,9 @@ private:
     std::vector<message_stream*> _stream_by_handler;
     std::vector<std::unique_ptr<std::function<void(message)>>> _functions;
     std::uint32_t _collective_seq = 0;
-    // Collective messages that arrived, by (sequence << 32 | sending PE).
+    // Collective messages that arrived, by (sequence << 32 | step << 31 | sending PE).
     std::unordered_map<std::uint64_t, void*> _collective_inbox;
+    std::unordered_set<std::uint32_t> _abandoned_collectives;
     event _collective_arrived;
     task_scope _scope{"coverse::machine"};
 };

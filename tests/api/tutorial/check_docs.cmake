@@ -1,7 +1,7 @@
 # docs/coroutines.md shows each tutorial program whole: fails naming the program whose text
 # in the page differs from its file here (edit both together).
 file(READ ${DOC} doc)
-foreach(prog pingpong ring halo reduction)
+foreach(prog pingpong ring halo reduction farm)
     file(READ ${DIR}/${prog}.cpp code)
     string(FIND "${doc}" "${code}" at)
     if(at EQUAL -1)

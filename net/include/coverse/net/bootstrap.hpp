@@ -172,6 +172,10 @@ struct launch_options {
     /// that doubles from start_backoff.
     std::uint32_t start_attempts = 3;
     std::chrono::milliseconds start_backoff{250};
+    /// ON_PEER_LOST: a registered PE that fails stops the job (abort, the default); false
+    /// (report): the launcher says so and the others go on, each told by its own
+    /// connections. The job's status still counts the failed PE's.
+    bool stop_on_pe_failure = true;
 };
 
 /// Runs the job to the end and returns the launcher's exit status: 0 when every PE

@@ -94,6 +94,9 @@ struct mesh_config {
     /// Appended to a set-up failure: how the peers' addresses were chosen (for a
     /// multi-host job, the NETWORK_INTERFACE setting).
     std::string address_note;
+    /// A failed peer makes receive() throw once the inbox is drained (the job stops). False
+    /// (ON_PEER_LOST=report): the other connections go on; on_peer_failure still reports it.
+    bool peer_failure_ends_receive = true;
 };
 
 /// One frame received from a peer.
