@@ -89,6 +89,12 @@ void layer::impl::shm_connect() {
     }
     poller_ = std::make_unique<ring_poller>(*this);
     sched.add_poller(*poller_);
+    // Every peer's messages come through rings: the connections carry only rare control
+    // frames, so the spinning loop need not enter the kernel on every turn.
+    bool rings_only = true;
+    for (std::uint32_t p = 0; p < cfg.num_pes; ++p)
+        if (p != cfg.rank) rings_only = rings_only && peers[p].out_ring && peers[p].in_ring;
+    sched.set_shared_memory_only(rings_only);
     tasks.spawn(bell_task(this), "shm doorbell", sched);
 }
 
@@ -249,6 +255,7 @@ void layer::impl::ring_wake() {
 }
 
 void layer::impl::shm_close() {
+    sched.set_shared_memory_only(false);
     if (poller_) {
         sched.remove_poller(*poller_);
         poller_.reset();
