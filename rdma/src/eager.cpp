@@ -143,8 +143,10 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
         trace::emit(trace::kind::credit_spent, dest, 1,
                     trace::credit_protocol(protocol_of(c->kind)));
     if (p.out_ring->take_sleeper()) p.out_bell->ring();
-    done->via_eager(c->kind == eager_kind::long_buffers);
-    done->sent(0);
+    if (done) {
+        done->via_eager(c->kind == eager_kind::long_buffers);
+        done->sent(0);
+    }
     return true;
 }
 

@@ -118,19 +118,30 @@ task<void> layer::impl::bell_task(impl* self) {
     }
 }
 
-void layer::impl::ring_send(std::uint32_t dest, net::frame_type type, bool broadcast,
-                            std::uint32_t root, std::span<const std::byte> bytes,
-                            send_completion* done) {
+bool layer::impl::ring_write_now(std::uint32_t dest, net::frame_type type, bool broadcast,
+                                 std::uint32_t root, std::span<const std::byte> bytes) noexcept {
     peer& p = peers[dest];
     const auto size = static_cast<std::uint32_t>(bytes.size());
     const std::uint16_t flags =
         shm_flags::with_type(broadcast ? shm_flags::broadcast : 0, static_cast<std::uint8_t>(type));
-    if (p.out_queue.empty() && size <= p.out_ring->max_chunk() && may_switch_to(dest, nullptr) &&
-        p.out_ring->try_write(bytes, size, flags | shm_flags::first, root)) {
-        if (p.out_ring->take_sleeper()) p.out_bell->ring();
+    if (!p.out_queue.empty() || size > p.out_ring->max_chunk() || !may_switch_to(dest, nullptr) ||
+        !p.out_ring->try_write(bytes, size, flags | shm_flags::first, root))
+        return false;
+    if (p.out_ring->take_sleeper()) p.out_bell->ring();
+    return true;
+}
+
+void layer::impl::ring_send(std::uint32_t dest, net::frame_type type, bool broadcast,
+                            std::uint32_t root, std::span<const std::byte> bytes,
+                            send_completion* done) {
+    if (ring_write_now(dest, type, broadcast, root, bytes)) {
         done->sent(0);  // in the ring: the buffer may be reused
         return;
     }
+    peer& p = peers[dest];
+    const auto size = static_cast<std::uint32_t>(bytes.size());
+    const std::uint16_t flags =
+        shm_flags::with_type(broadcast ? shm_flags::broadcast : 0, static_cast<std::uint8_t>(type));
     p.out_queue.push_back(ring_out{bytes.data(), size, 0, flags, root, done});
     ++ring_queued;
     ring_pump(dest);
