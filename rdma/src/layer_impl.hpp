@@ -160,6 +160,7 @@ struct eager_state {
     std::vector<std::uint32_t> current;  // CmiUsePersistentHandle's handles
     std::uint32_t next_id = 1, next_handle = 1;
     std::uint64_t poll_now_ns = 0, next_sweep_ns = 0;
+    std::uint32_t clock_polls = 0;  // eager_retire_idle reads the clock every 64th poll
     std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
                   bad_footers = 0;
 };
