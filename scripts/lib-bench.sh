@@ -21,7 +21,9 @@ bench_install_mpi() {
 # turns it into a PNG to look at).
 bench_install_peers() {
     local want=()
-    command -v mpirun >/dev/null && command -v mpicc >/dev/null ||
+    # mpicc comes with openmpi-bin, mpi.h with libopenmpi-dev: check that it compiles.
+    command -v mpirun >/dev/null && command -v mpicc >/dev/null &&
+        echo '#include <mpi.h>' | mpicc -E -x c - >/dev/null 2>&1 ||
         want+=(openmpi-bin libopenmpi-dev)
     command -v ucx_perftest >/dev/null || want+=(ucx-utils)
     [ ${#want[@]} -eq 0 ] && return 0

@@ -58,6 +58,7 @@ int pe_core::call_on_condition(int cond, CcdCondFn fn, CcdVoidFn timed, void* ar
     if (!fn && !timed) fatal("CcdCallOnCondition: the callback is null");
     const int id = ++_condition_ids;
     (keep ? _conditions_keep : _conditions)[cond].push_back(condition_cb{fn, timed, arg, id});
+    _periodic_known = -1;
     if (cond == CcdQUIESCENCE) quiescence_start(*this);  // someone waits for it: detect it
     if (cond == CcdSIGUSR1 || cond == CcdSIGUSR2) catch_user_signal(cond);
     return id;
@@ -68,18 +69,26 @@ void pe_core::cancel_condition(int cond, int idx, bool keep) {
     auto& v = (keep ? _conditions_keep : _conditions)[cond];
     v.erase(std::remove_if(v.begin(), v.end(), [&](const condition_cb& c) { return c.id == idx; }),
             v.end());
+    _periodic_known = -1;
 }
 
 void pe_core::raise_condition(int cond) {
     if (cond < 0 || cond > CcdUSERMAX) return;
-    const double now = wall_time();
+    // Raised around every idle spell, so once per message in a ping-pong: without callbacks
+    // it costs the bookkeeping below and nothing else.
+    const bool none = _conditions[cond].empty() && _conditions_keep[cond].empty();
+    double now = -1;
     if (cond == CcdPROCESSOR_BEGIN_IDLE) {
+        now = wall_time();
         _idle_since = now;
         _long_idle_raised = false;
         quiescence_idle(*this);  // a pending detection round is answered from an idle PE
     } else if (cond == CcdPROCESSOR_BEGIN_BUSY) {
         _idle_since = -1;
     }
+    if (none) return;
+    if (now < 0) now = wall_time();
+    if (!_conditions[cond].empty()) _periodic_known = -1;  // once-callbacks go now
     auto call = [now](const condition_cb& c) {
         if (c.fn)
             c.fn(c.arg);
@@ -155,11 +164,14 @@ void pe_core::raise_periodic(double now) {
 }
 
 bool pe_core::has_periodic() const noexcept {
+    // Asked between every two messages: the answer is kept until a callback comes or goes.
+    if (_periodic_known >= 0) return _periodic_known != 0;
+    _periodic_known = 0;
     for (int cond = CcdPROCESSOR_STILL_IDLE; cond < CcdPERIODIC_LAST; ++cond)
-        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) return true;
+        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) _periodic_known = 1;
     for (int cond : {CcdSIGUSR1, CcdSIGUSR2})
-        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) return true;
-    return false;
+        if (!_conditions[cond].empty() || !_conditions_keep[cond].empty()) _periodic_known = 1;
+    return _periodic_known != 0;
 }
 
 void pe_core::fire_timers() {

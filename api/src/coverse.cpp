@@ -367,9 +367,11 @@ task<void> machine::send(std::uint32_t pe, message msg) {
     co_await send_bytes(pe, msg.bytes());
 }
 
+// Not a coroutine itself: the caller awaits send(pe, msg)'s task directly, one coroutine
+// frame per send instead of two (the 8 B path through this API is measured beside the facade's).
 task<void> machine::send(std::uint32_t pe, int handler, message msg) {
     if (msg) msg.set_handler(handler);
-    co_await send(pe, std::move(msg));
+    return send(pe, std::move(msg));
 }
 
 task<void> machine::send(std::uint32_t pe, std::span<const std::byte> msg) {

@@ -118,10 +118,7 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
     }
     // The grid queue: a message from another cluster for a registered border object goes
     // ahead of every queued message that did not jump (in arrival order among those that did).
-    const int mine = _latency.cluster_of(static_cast<int>(_pe));
-    const int theirs = _latency.cluster_of(static_cast<int>(from));
-    if (_grid.enabled() && mine >= 0 && theirs >= 0 && mine != theirs &&
-        _grid.contains_message(msg, size)) {
+    if (_grid.enabled() && grid_jumps(from, msg, size)) {
         _grid_ahead = std::min(_grid_ahead, _net_queue.size());
         _net_queue.insert(_net_queue.begin() + static_cast<std::ptrdiff_t>(_grid_ahead), msg);
         ++_grid_ahead;
@@ -129,6 +126,12 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
         _net_queue.push_back(msg);
     }
     _sched->end_turn();  // the handler runs before the loop enters the kernel again
+}
+
+bool pe_core::grid_jumps(std::uint32_t from, void* msg, std::uint32_t size) const {
+    const int mine = _latency.cluster_of(static_cast<int>(_pe));
+    const int theirs = _latency.cluster_of(static_cast<int>(from));
+    return mine >= 0 && theirs >= 0 && mine != theirs && _grid.contains_message(msg, size);
 }
 
 void* pe_core::pop_network() {

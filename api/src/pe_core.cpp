@@ -56,6 +56,18 @@ std::uint32_t parse_pe_count(const char* text, const char* flag) {
     return static_cast<std::uint32_t>(v);
 }
 
+// The CPUs this job's PEs run on: the launcher's count when it pinned us (our own mask
+// then holds one CPU), else our mask.
+std::uint32_t cores_for_pes() {
+    auto n = static_cast<std::uint32_t>(CmiNumCores());
+    if (const char* b = std::getenv(net::bound_cpus_env)) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(b, &end, 10);
+        if (end != b && *end == 0 && v > 0 && v < 0x10000) n = static_cast<std::uint32_t>(v);
+    }
+    return n;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -164,9 +176,10 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     scheduler_options so = scheduler_options::from_env();
     if (kind == net::backend_kind::asio) so.use_io_uring = false;  // Asio blocks by itself
     // More PEs on this host than cores we may run on: spinning PEs would take the core from
-    // the PE they wait for, so an idle PE yields while it spins.
-    if (info && info->num_pes > static_cast<std::uint32_t>(CmiNumCores()))
-        so.yield_while_spinning = true;
+    // the PE they wait for, so an idle PE yields while it spins. A PE the launcher pinned
+    // sees one CPU in its mask; the launcher says how many it spread the PEs over (counting
+    // the one CPU made every bound job of 2 PEs yield on each idle poll: a system call).
+    if (info && info->num_pes > cores_for_pes()) so.yield_while_spinning = true;
     _sched = std::make_unique<scheduler>(so);
     _instance = this;
 

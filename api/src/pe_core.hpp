@@ -340,6 +340,8 @@ private:
                       std::vector<std::byte> payload);
     /// The front of the network queue; grid messages (dispatch.cpp) are counted out.
     void* pop_network();
+    /// The grid queue (when enabled): a message from another cluster for a border object.
+    bool grid_jumps(std::uint32_t from, void* msg, std::uint32_t size) const;
     void send_barrier_message(std::uint32_t to, internal_handler which, std::uint32_t epoch);
     bool take_barrier_message(void* msg, std::uint32_t from);
 
@@ -391,6 +393,9 @@ private:
         bool user;       // an Async send that returns its handle
         bool sync_wait;  // a large Sync send that goes without a copy: wait for get-done
     };
+    /// The fast path of send(): true when the message is already in the peer's eager slot or
+    /// ring (then nothing else is left to do); false: take the full path.
+    bool try_send_now(int dest, int size, void* msg, ownership own);
     void check_message(int size, const void* msg, const char* caller);
     open_send begin_send(int size, void* msg, ownership own, const char* caller);
     void send_to_self(const open_send& o, const char* caller);
@@ -503,8 +508,9 @@ private:
     std::vector<std::vector<condition_cb>> _conditions;
     std::vector<std::vector<condition_cb>> _conditions_keep;
     int _condition_ids = 0;
-    std::vector<timed_call> _timed;  // min-heap on due
-    double _armed_due = -1;          // the timed callback a timer task wakes the loop for
+    mutable int _periodic_known = -1;  // has_periodic(): -1 ask again, 0 no, 1 yes
+    std::vector<timed_call> _timed;    // min-heap on due
+    double _armed_due = -1;            // the timed callback a timer task wakes the loop for
     double _periodic_due = 0;
     double _periodic_next[CcdPERIODIC_LAST - CcdPERIODIC_10ms] = {};  // CcdPERIODIC_10ms..1day
     double _idle_since = -1;  // when the PE went idle (CcdPROCESSOR_STILL_IDLE, LONG_IDLE)

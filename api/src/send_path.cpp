@@ -157,7 +157,28 @@ void pe_core::frame_done(frame_ticket& t, int result) {
     slot_sent(slot);
 }
 
+// The small-message fast path: a message to one other PE that the rdma layer can copy into
+// its eager slot or ring right now is done when that copy is — no handle slot, no ticket,
+// no completion, no copy of our own. It needs what the full path would have done at once
+// anyway: nothing queued before it to that PE (order), tracing off (tracing records a handle
+// per send), and a size the stream path takes (not a rendezvous).
+bool pe_core::try_send_now(int dest, int size, void* msg, ownership own) {
+    const auto usize = static_cast<std::uint32_t>(size);
+    if (!_rdma || static_cast<std::uint32_t>(dest) >= _num_pes ||
+        static_cast<std::uint32_t>(dest) == _pe || size < CmiMsgHeaderSizeBytes || !msg ||
+        usize > _medium_boundary || (own == ownership::borrow && usize > _small_boundary) ||
+        trace::enabled())
+        return false;
+    if (!_rdma->try_send_now(static_cast<std::uint32_t>(dest), static_cast<const std::byte*>(msg),
+                             usize))
+        return false;
+    ++_send_seq[static_cast<std::uint32_t>(dest)];
+    if (own == ownership::take) alloc::msg_free(msg);
+    return true;
+}
+
 CmiCommHandle pe_core::send(int dest, int size, void* msg, ownership own, const char* caller) {
+    if (try_send_now(dest, size, msg, own)) return nullptr;
     const int one[1] = {dest};
     return send_many(std::span<const int>(one, 1), size, msg, own, caller);
 }

@@ -303,6 +303,7 @@ private:
     std::string _program;      // what the PEs run (remote: an absolute path)
     std::vector<std::string> _base_env;
     int _devnull = -1;
+    std::size_t _bound_cpus = 0;  // CPUs the PEs are pinned over (0: not bound)
     std::vector<pe_process> _pes;
     std::vector<std::unique_ptr<connection>> _conns;
     std::deque<scan_request> _scans;
@@ -461,11 +462,12 @@ void launcher::choose_cpus() {
     }
     for (pe_process& p : _pes)
         p.cpu = cpus[p.pe % cpus.size()];
+    _bound_cpus = cpus.size();
 }
 
 std::vector<std::string> launcher::base_environment() const {
-    std::vector<std::string> names = {launcher_env, pe_env, num_pes_env, job_key_env,
-                                      doctor::channel_env};
+    std::vector<std::string> names = {launcher_env, pe_env,         num_pes_env,
+                                      job_key_env,  bound_cpus_env, doctor::channel_env};
     for (const auto& [name, value] : _opts.extra_env)
         names.push_back(name);
     std::vector<std::string> env;
@@ -488,6 +490,8 @@ int launcher::spawn(pe_process& p, const std::string& file,
     // async-signal-safe calls.
     std::vector<std::string> env = base_env;
     env.push_back(std::string(pe_env) + "=" + std::to_string(p.pe));
+    if (p.cpu && !_remote)
+        env.push_back(std::string(bound_cpus_env) + "=" + std::to_string(_bound_cpus));
     std::vector<std::string> args = _opts.argv;
     if (_remote) {
         // The remote shell runs here with our own environment; the PE's environment

@@ -225,6 +225,19 @@ void layer::send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, b
     m.rendezvous_send(dest, buf, size, broadcast, root, done);
 }
 
+bool layer::try_send_now(std::uint32_t dest, const std::byte* buf, std::uint32_t size) noexcept {
+    impl& m = *_impl;
+    peer& p = m.peers[dest];
+    if (!p.out_ring) return false;
+    if ((p.eager_out || !m.eager.current.empty()) && m.eager_send(dest, buf, size, nullptr))
+        return true;
+    if (size > m.cfg.medium_boundary || !m.ring_write_now(dest, net::frame_type::standard, false, 0,
+                                                          std::span<const std::byte>(buf, size)))
+        return false;
+    ++_stats.stream_sends;
+    return true;
+}
+
 // One frame on the stream path to `dest`: its ring when it is on this host and mapped,
 // else the connection. Every frame to one PE takes the same path, so they stay in order.
 void layer::impl::stream_send(std::uint32_t dest, net::frame_type type, bool broadcast,

@@ -165,6 +165,7 @@ struct eager_state {
     std::vector<std::uint32_t> current;  // CmiUsePersistentHandle's handles
     std::uint32_t next_id = 1, next_handle = 1;
     std::uint64_t poll_now_ns = 0, next_sweep_ns = 0;
+    std::uint32_t clock_polls = 0;  // eager_retire_idle reads the clock every 64th poll
     std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
                   bad_footers = 0;
 };
@@ -223,6 +224,10 @@ struct layer::impl {
     void shm_close();
     void ring_send(std::uint32_t dest, net::frame_type type, bool broadcast, std::uint32_t root,
                    std::span<const std::byte> bytes, send_completion* done);
+    /// One record into `dest`'s ring now, if order allows (nothing queued, the gate open)
+    /// and it fits; else false and nothing done.
+    bool ring_write_now(std::uint32_t dest, net::frame_type type, bool broadcast,
+                        std::uint32_t root, std::span<const std::byte> bytes) noexcept;
     bool ring_pump(std::uint32_t dest);
     bool ring_poll();
     bool ring_try_sleep();
@@ -246,6 +251,8 @@ struct layer::impl {
 
     // ---- eager channels (eager.cpp) ------------------------------------------------------
     eager_state eager;
+    /// Into an eager channel to `dest` now, if it has one with a free slot and order allows;
+    /// `done` (null from try_send_now) hears via_eager and sent(0).
     bool eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
                     send_completion* done);
     bool gate_drained(std::uint32_t dest) noexcept;

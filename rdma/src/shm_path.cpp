@@ -89,6 +89,12 @@ void layer::impl::shm_connect() {
     }
     poller_ = std::make_unique<ring_poller>(*this);
     sched.add_poller(*poller_);
+    // Every peer's messages come through rings: the connections carry only rare control
+    // frames, so the spinning loop need not enter the kernel on every turn.
+    bool rings_only = true;
+    for (std::uint32_t p = 0; p < cfg.num_pes; ++p)
+        if (p != cfg.rank) rings_only = rings_only && peers[p].out_ring && peers[p].in_ring;
+    sched.set_shared_memory_only(rings_only);
     tasks.spawn(bell_task(this), "shm doorbell", sched);
 }
 
@@ -112,19 +118,30 @@ task<void> layer::impl::bell_task(impl* self) {
     }
 }
 
-void layer::impl::ring_send(std::uint32_t dest, net::frame_type type, bool broadcast,
-                            std::uint32_t root, std::span<const std::byte> bytes,
-                            send_completion* done) {
+bool layer::impl::ring_write_now(std::uint32_t dest, net::frame_type type, bool broadcast,
+                                 std::uint32_t root, std::span<const std::byte> bytes) noexcept {
     peer& p = peers[dest];
     const auto size = static_cast<std::uint32_t>(bytes.size());
     const std::uint16_t flags =
         shm_flags::with_type(broadcast ? shm_flags::broadcast : 0, static_cast<std::uint8_t>(type));
-    if (p.out_queue.empty() && size <= p.out_ring->max_chunk() && may_switch_to(dest, nullptr) &&
-        p.out_ring->try_write(bytes, size, flags | shm_flags::first, root)) {
-        if (p.out_ring->take_sleeper()) p.out_bell->ring();
+    if (!p.out_queue.empty() || size > p.out_ring->max_chunk() || !may_switch_to(dest, nullptr) ||
+        !p.out_ring->try_write(bytes, size, flags | shm_flags::first, root))
+        return false;
+    if (p.out_ring->take_sleeper()) p.out_bell->ring();
+    return true;
+}
+
+void layer::impl::ring_send(std::uint32_t dest, net::frame_type type, bool broadcast,
+                            std::uint32_t root, std::span<const std::byte> bytes,
+                            send_completion* done) {
+    if (ring_write_now(dest, type, broadcast, root, bytes)) {
         done->sent(0);  // in the ring: the buffer may be reused
         return;
     }
+    peer& p = peers[dest];
+    const auto size = static_cast<std::uint32_t>(bytes.size());
+    const std::uint16_t flags =
+        shm_flags::with_type(broadcast ? shm_flags::broadcast : 0, static_cast<std::uint8_t>(type));
     p.out_queue.push_back(ring_out{bytes.data(), size, 0, flags, root, done});
     ++ring_queued;
     ring_pump(dest);
@@ -249,6 +266,7 @@ void layer::impl::ring_wake() {
 }
 
 void layer::impl::shm_close() {
+    sched.set_shared_memory_only(false);
     if (poller_) {
         sched.remove_poller(*poller_);
         poller_.reset();

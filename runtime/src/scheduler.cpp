@@ -73,6 +73,8 @@ scheduler_options scheduler_options::from_env() {
         static_cast<unsigned>(std::clamp(env_long("TASK_QUOTA", o.task_quota), 1L,
                                          static_cast<long>(std::numeric_limits<unsigned>::max())));
     o.use_io_uring = env_switch("IO_URING", o.use_io_uring);
+    o.kernel_poll_every = static_cast<unsigned>(
+        std::clamp(env_long("KERNEL_POLL_EVERY", o.kernel_poll_every), 1L, 1L << 20));
     return o;
 }
 
@@ -345,7 +347,15 @@ bool scheduler::run_once() {
     }
     did |= drain_remote();
     if (!_timers.empty()) did |= fire_timers(clock::now());
-    if (_reactor) did |= _reactor->poll();
+    if (_reactor) {
+        // Entering the kernel is what costs here (1-2 µs); with the data on shared memory
+        // only every N-th iteration does, unless something waits to be submitted.
+        if (_kernel_poll_every <= 1 || _reactor->has_unsubmitted() ||
+            ++_kernel_polls_skipped >= _kernel_poll_every) {
+            _kernel_polls_skipped = 0;
+            did |= _reactor->poll();
+        }
+    }
     if (!_pollers.empty()) did |= poll_pollers();
     if (_delivery_depth == 0) {
         for (unsigned n = 0; n < _opts.task_quota && deliver_one(); ++n)

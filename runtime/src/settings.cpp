@@ -85,6 +85,14 @@ constexpr setting_info registry[] = {
      .default_value = "200",
      .meaning = "how long an idle scheduler keeps polling before it blocks",
      .layer = "runtime"},
+    {.name = "KERNEL_POLL_EVERY",
+     .type = vt::count,
+     .default_value = "16",
+     .meaning = "while every peer's messages come by shared memory, a spinning scheduler "
+                "enters the kernel for io_uring completions on every N-th idle poll only "
+                "(1: every poll)",
+     .layer = "runtime",
+     .minimum = 1},
     {.name = "TASK_QUOTA",
      .type = vt::count,
      .default_value = "64",
@@ -401,7 +409,7 @@ constexpr setting_info registry[] = {
 // The launcher's variables for its PEs (net/bootstrap.hpp) are not settings either.
 constexpr std::string_view script_variables[] = {
     "FUZZ_CXX", "FUZZ_BUILD_DIR", "FUZZ_SKIP_EXIT", "LAUNCHER", "PE",
-    "NUM_PES",  "JOB_KEY",        "TEST_PID_DIR",   "VERBOSE"};
+    "NUM_PES",  "JOB_KEY",        "TEST_PID_DIR",   "VERBOSE",  "BOUND_CPUS"};
 
 constexpr std::string_view env_prefixes[] = {"COVERSE_", "CMI_VMI_"};
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <coverse/alloc/message.hpp>
@@ -188,6 +189,60 @@ TEST_P(eager, messages_arrive_whole_and_in_order_across_slots_ring_and_rendezvou
             if (rc) return rc;
             // The channel really carried messages (not only the ring).
             return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+// The fast path (layer::try_send_now, what CmiSyncSend of a small message uses): sends that
+// go at once keep their order with those that take the full path (rendezvous, a full ring,
+// a gate still closed). The receiver starts late, so the 64 KiB ring fills and try_send_now
+// must refuse (back-pressure goes to the full path, which queues) before it succeeds again.
+TEST_P(eager, immediate_sends_keep_order_with_ring_slots_and_rendezvous_and_refuse_a_full_ring) {
+    _opt.cfg.shm_ring_bytes = 64 * 1024;
+    std::vector<std::size_t> sizes = mixed_sizes(400);
+    for (std::size_t k = 0; k < 300; ++k)
+        sizes.push_back(k % 7 == 3 ? 20000 : 1024);  // a burst, with rendezvous in it
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            std::vector<recorded_send> done(sizes.size());
+            std::vector<void*> bufs;
+            std::size_t now = 0, later = 0;
+            for (std::size_t k = 0; k < sizes.size(); ++k) {
+                void* m = alloc::msg_alloc(sizes[k]);
+                if (!m) return 10;
+                fill(m, sizes[k], k);
+                bufs.push_back(m);
+                const auto* b = static_cast<const std::byte*>(m);
+                const auto size = static_cast<std::uint32_t>(sizes[k]);
+                if (n.rdma->try_send_now(1, b, size)) {
+                    done[k].calls = 1;  // complete: no completion is called
+                    done[k].result = 0;
+                    ++now;
+                } else {
+                    n.rdma->send(1, b, size, false, 0, &done[k]);
+                    ++later;
+                }
+                if (k < 400 && k % 4 == 3)  // paced: the channel takes over between bursts
+                    n.wait_for([] { return false; }, std::chrono::milliseconds(1));
+            }
+            if (!n.wait_for([&] {
+                    for (auto& d : done)
+                        if (d.calls == 0) return false;
+                    return true;
+                }))
+                return 11;
+            for (auto& d : done)
+                if (d.calls != 1 || d.result != 0) return 12;
+            for (void* m : bufs)
+                alloc::msg_free(m);
+            if (!GetParam().same_host) return now == 0 ? 0 : 14;  // no ring: never at once
+            return now > 0 && later > 0 ? 0 : 13;
+        },
+        [&](node& n, const std::function<void()>&) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            return receive_checked(n, sizes, 1);
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);

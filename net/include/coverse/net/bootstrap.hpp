@@ -31,6 +31,10 @@ inline constexpr const char* launcher_env = "COVERSE_LAUNCHER";  // host:port
 inline constexpr const char* pe_env = "COVERSE_PE";              // this process's PE
 inline constexpr const char* num_pes_env = "COVERSE_NUM_PES";    // the job's PE count
 inline constexpr const char* job_key_env = "COVERSE_JOB_KEY";    // 16 hex digits
+/// Set when the launcher pins each PE to one CPU (--bind, +setcpuaffinity): how many CPUs it
+/// spreads the PEs over. A pinned PE sees one CPU in its own mask; this says whether PEs
+/// share CPUs (more PEs than this: spinning PEs yield).
+inline constexpr const char* bound_cpus_env = "COVERSE_BOUND_CPUS";
 
 /// What coverse-run put into a PE's environment: COVERSE_LAUNCHER=host:port, COVERSE_PE,
 /// COVERSE_NUM_PES, COVERSE_JOB_KEY (16 hex digits).

@@ -132,6 +132,14 @@ public:
     void send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
               std::uint32_t root, send_completion* done);
 
+    /// The small-message fast path: copies a message of at most MEDIUM bytes (not a
+    /// broadcast) into `dest`'s eager slot or ring right now and returns true — the send is
+    /// then complete, the buffer free, and no completion is called. False (nothing done)
+    /// when it cannot go at once: no shared-memory path to `dest`, earlier messages still
+    /// queued for it, a full ring; the caller then sends it with send(), in order behind
+    /// whatever went before.
+    bool try_send_now(std::uint32_t dest, const std::byte* buf, std::uint32_t size) noexcept;
+
     /// True when no rendezvous runs (either direction) and no stream send is queued.
     bool idle() const noexcept;
     /// Nested progress until idle() (shutdown: finish every rendezvous first).

@@ -78,6 +78,9 @@ public:
     /// limit), then reaps. Returns true if any completion was delivered.
     bool wait(std::chrono::nanoseconds timeout);
 
+    /// True when prepared entries wait for their submission.
+    bool has_unsubmitted() const noexcept { return _unsubmitted != 0; }
+
     /// Requests in flight (tracked ones), for shutdown: reap until this reaches zero.
     std::uint64_t in_flight() const noexcept { return _in_flight + _background; }
 

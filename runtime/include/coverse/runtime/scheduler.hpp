@@ -73,6 +73,11 @@ struct scheduler_options {
     /// processes than cores (4 PEs on 2 cores), where a spinning PE would otherwise hold
     /// the core the PE it waits for needs.
     bool yield_while_spinning = false;
+    /// KERNEL_POLL_EVERY: how often a loop iteration with nothing to submit enters the
+    /// kernel for io_uring completions once set_shared_memory_only(true) said the data
+    /// comes through pollers (a system call costs 1-2 µs on the target machines, a
+    /// shared-memory poll a few ns).
+    unsigned kernel_poll_every = 16;
 
     /// Defaults overridden by the settings SPIN_US, TASK_QUOTA and IO_URING (command line
     /// or environment, see docs/settings.md: COVERSE_SPIN_US=50, COVERSE_IO_URING=0). A
@@ -108,6 +113,13 @@ public:
 
     void add_timer(timer_node& t);
     void cancel_timer(timer_node& t) noexcept;
+
+    /// True while the pollers carry the data (every peer on shared memory): the reactor
+    /// is then polled on every kernel_poll_every-th iteration with nothing to submit,
+    /// instead of every one. Submissions always go at once.
+    void set_shared_memory_only(bool on) noexcept {
+        _kernel_poll_every = on ? _opts.kernel_poll_every : 1;
+    }
 
     void add_poller(poller& p);
     void remove_poller(poller& p) noexcept;
@@ -243,6 +255,8 @@ private:
     std::deque<std::function<void()>> _deliveries;
     int _delivery_depth = 0;
     bool _end_turn = false;
+    unsigned _kernel_poll_every = 1;  // see set_shared_memory_only
+    unsigned _kernel_polls_skipped = 0;
 
     // Producers push one node each; the loop takes the whole stack with one atomic
     // exchange and runs it oldest first, so each producer's items keep their order.
