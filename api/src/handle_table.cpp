@@ -74,14 +74,8 @@ std::uint32_t pe_core::acquire_slot(const char* caller) {
 }
 
 task<void> pe_core::wait_for_slot() {
-    while (_free_slots.empty()) {
-        if (_sends_in_flight == 0)
-            fatal("send: all " + std::to_string(_slots.size()) +
-                  " communication handles are held by the application; release them or "
-                  "raise MAXIMUM_HANDLES");
-        co_await waiting_for({wait_kind::handle_slot, no_peer, 0, "MAXIMUM_HANDLES in use"},
-                             _slot_waiters.wait());
-    }
+    while (_free_slots.empty())
+        co_await slot_or_loss();
 }
 
 void pe_core::free_slot(std::uint32_t s) {

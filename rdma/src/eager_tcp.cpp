@@ -68,14 +68,7 @@ void layer::impl::tcp_eager_open(std::uint32_t from) {
     c->credit_due = [](void* m, tcp_rx& r) noexcept {
         static_cast<impl*>(m)->tcp_return_credits(r);
     };
-    net::eager_channel_payload open;
-    open.action = net::eager_action::open;
-    open.kind = static_cast<std::uint32_t>(eager_kind::short_slots);
-    open.channel = 1;
-    open.slots = c->slots;
-    open.capacity = c->capacity;
-    const auto bytes = net::encode(open);
-    if (stream_control(from, net::frame_type::eager_channel, false, 0, bytes) < 0) return;
+    if (tcp_announce(from, eager_kind::short_slots, 1, 0, *c) < 0) return;
     p.tcp_in = std::move(c);
     ++eager.opened;
 }
@@ -220,6 +213,20 @@ void layer::impl::tcp_credits_back(std::uint32_t pe, std::uint32_t n) noexcept {
                     trace::credit_protocol(trace::protocol::eager_short));
 }
 
+// Tells the sender of a connection channel's slots (open): 0, or -errno (no path to it).
+int layer::impl::tcp_announce(std::uint32_t to, eager_kind kind, std::uint32_t channel,
+                              std::uint32_t handle, const tcp_rx& c) {
+    net::eager_channel_payload open;
+    open.action = net::eager_action::open;
+    open.kind = static_cast<std::uint32_t>(kind);
+    open.channel = channel;
+    open.handle = handle;
+    open.slots = c.slots;
+    open.capacity = c.capacity;
+    const auto bytes = net::encode(open);
+    return stream_control(to, net::frame_type::eager_channel, false, 0, bytes);
+}
+
 // ---- long channels over a connection (persistent handles) -------------------------------
 
 // The receiver: a persistent request from a peer with no rings between us gets
@@ -236,15 +243,7 @@ bool layer::impl::tcp_long_open(std::uint32_t from, const net::persistent_reques
     c->credit_due = [](void* m, tcp_rx& rx) noexcept {
         static_cast<impl*>(m)->tcp_long_return(rx);
     };
-    net::eager_channel_payload open;
-    open.action = net::eager_action::open;
-    open.kind = static_cast<std::uint32_t>(eager_kind::long_buffers);
-    open.channel = c->id;
-    open.handle = r.handle;
-    open.slots = c->slots;
-    open.capacity = c->capacity;
-    const auto bytes = net::encode(open);
-    if (stream_control(from, net::frame_type::eager_channel, false, 0, bytes) < 0) return false;
+    if (tcp_announce(from, eager_kind::long_buffers, c->id, r.handle, *c) < 0) return false;
     peers[from].tcp_long.push_back(std::move(c));
     ++eager.opened;
     return true;

@@ -276,6 +276,8 @@ struct layer::impl {
     bool tcp_eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
                         send_completion* done);
     void tcp_eager_open(std::uint32_t from);
+    int tcp_announce(std::uint32_t to, eager_kind kind, std::uint32_t channel, std::uint32_t handle,
+                     const tcp_rx& c);
     bool tcp_long_open(std::uint32_t from, const net::persistent_request_payload& r);
     void tcp_long_opened(std::uint32_t from, const net::eager_channel_payload& f);
     void tcp_long_credit(std::uint32_t from, const net::eager_channel_payload& f);

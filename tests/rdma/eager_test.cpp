@@ -227,14 +227,7 @@ TEST_P(eager, immediate_sends_keep_order_with_ring_slots_and_rendezvous_and_refu
                 if (k < 400 && k % 4 == 3)  // paced: the channel takes over between bursts
                     n.wait_for([] { return false; }, std::chrono::milliseconds(1));
             }
-            if (!n.wait_for([&] {
-                    for (auto& d : done)
-                        if (d.calls == 0) return false;
-                    return true;
-                }))
-                return 11;
-            for (auto& d : done)
-                if (d.calls != 1 || d.result != 0) return 12;
+            if (const int rc = wait_sent(n, done)) return rc;
             for (void* m : bufs)
                 alloc::msg_free(m);
             if (!GetParam().same_host) return now == 0 ? 0 : 14;  // no ring: never at once

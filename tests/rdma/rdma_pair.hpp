@@ -289,6 +289,20 @@ inline bool check(const void* msg, std::size_t size, std::uint64_t seed) {
 /// Sends sizes[k] (filled with seed k) to `to` in order and waits for every completion;
 /// with `pause_every`, runs the loop 1 ms after every that many sends, so the receiver
 /// catches up. Returns 0, or 10 (no memory), 11 (a send never completed), 12 (one failed).
+/// Runs the loop until every send in `done` completed: 0, 11 (some never did) or 12 (one
+/// completed twice or failed).
+inline int wait_sent(node& n, std::vector<recorded_send>& done) {
+    if (!n.wait_for([&] {
+            for (auto& d : done)
+                if (d.calls == 0) return false;
+            return true;
+        }))
+        return 11;
+    for (auto& d : done)
+        if (d.calls != 1 || d.result != 0) return 12;
+    return 0;
+}
+
 inline int send_numbered(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes,
                          std::size_t pause_every = 0) {
     std::vector<recorded_send> done(sizes.size());
@@ -303,15 +317,7 @@ inline int send_numbered(node& n, std::uint32_t to, const std::vector<std::size_
         if (pause_every && k % pause_every == pause_every - 1)
             n.wait_for([] { return false; }, std::chrono::milliseconds(1));
     }
-    if (!n.wait_for([&] {
-            for (auto& d : done)
-                if (d.calls == 0) return false;
-            return true;
-        }))
-        return 11;
-    int rc = 0;
-    for (auto& d : done)
-        if (d.calls != 1 || d.result != 0) rc = 12;
+    const int rc = wait_sent(n, done);
     for (void* m : bufs)
         alloc::msg_free(m);
     return rc;
