@@ -139,7 +139,10 @@ void doctor_channels::on_reply(std::uint32_t pe, const frame& f, clock::time_poi
         close_channel(c);
         return;
     }
-    if (!c.heard || state->progress != c.progress) _last_progress = now;
+    // A PE with no progress yet is still starting (exec, ASan's start, the mesh): the stuck
+    // clock runs only once it is up, so a slow start under load is not reported as a hang
+    // (a start-up that never ends has its own limit, CONNECTION_TIMEOUT).
+    if (!c.heard || state->progress != c.progress || state->progress == 0) _last_progress = now;
     c.heard = true;
     c.progress = state->progress;
     if (_pending && f.header.tag == _pending->id) c.answer = std::move(*state);
