@@ -186,6 +186,12 @@ std::optional<std::string> doctor_channels::tick(clock::time_point now) {
                 send(c, state_want::progress, 0);
             _next_poll = now + poll_interval(*_opts.stuck_after);
         }
+        // A PE whose responder has not answered yet is still starting (exec, the dynamic
+        // loader, ASan's start on a loaded machine can take seconds): the stuck clock runs
+        // only once every live PE has answered, so a slow start is not reported as a hang.
+        if (std::any_of(_channels.begin(), _channels.end(),
+                        [](const channel& c) { return c.fd >= 0 && !c.heard; }))
+            _last_progress = now;
         if (!_pending && now - _last_progress >= *_opts.stuck_after) {
             _stuck_reported = true;
             start_report("stuck: no PE made progress for " + seconds_text(*_opts.stuck_after), now,

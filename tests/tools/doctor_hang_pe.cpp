@@ -9,6 +9,9 @@
 //                    rendezvous PE 1 never fetches, so PE 0 waits for its get-done
 //   healthy          PEs 0 and 1 (a job of 2) ping-pong until the file $DOCTOR_TEST_STOP
 //                    exists, then both exit 0
+//   slow-start       every PE sleeps 2.5 s before it starts the machine (as exec and
+//                    ASan's start can take on a loaded machine), then passes a barrier
+//                    and exits 0
 // Each PE writes its pid to $COVERSE_TEST_PID_DIR/pe<N> first, so the test can check that
 // none survives.
 #include <coverse/coverse.hpp>
@@ -99,6 +102,8 @@ coverse::task<void> main_task(coverse::machine& m) {
         } else {
             (void)co_await inbox.next();
         }
+    } else if (g_mode == "slow-start") {
+        co_await m.barrier();
     } else if (g_mode == "healthy") {
         if (pe < 2 && m.num_pes() >= 2) {
             const std::uint32_t other = 1 - pe;
@@ -124,9 +129,16 @@ coverse::task<void> main_task(coverse::machine& m) {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: doctor_hang_pe barrier|reply-cycle|endless-handler|healthy\n");
+        std::fprintf(stderr,
+                     "usage: doctor_hang_pe "
+                     "barrier|reply-cycle|endless-handler|rndv-unfetched|healthy|slow-start\n");
         return 2;
     }
     g_mode = argv[1];
+    if (g_mode == "slow-start") {
+        // Before the machine (and so the PE's doctor responder) starts: the launcher hears
+        // nothing from any PE meanwhile.
+        ::usleep(2'500'000);
+    }
     return coverse::run(argc, argv, main_task);
 }

@@ -233,6 +233,18 @@ TEST(doctor, sigquit_reports_a_healthy_job_with_no_cycle_and_lets_it_go_on) {
     expect_no_pe_left(j, 2);
 }
 
+// The stuck clock ran from the launcher's start, so a PE still in exec or ASan's start-up
+// after --report-stuck-after (seen in CI: a 4-PE ASan job at load, every PE "up 0.0 s,
+// progress 0") was reported as a hang and the job stopped.
+TEST(doctor, a_pe_that_starts_late_is_not_reported_as_stuck) {
+    job j(
+        {"-n", "3", "--report-stuck-after", "1s", "--report-to", "@report", hang_pe, "slow-start"});
+    EXPECT_EQ(j.wait_exit(60s), 0) << j.dump();
+    EXPECT_FALSE(contains(j.file("stderr"), "stuck")) << j.dump();
+    EXPECT_EQ(j.file("report"), "") << j.dump();
+    expect_no_pe_left(j, 3);
+}
+
 TEST(doctor, a_bad_duration_is_a_usage_error_naming_the_flag) {
     job j({"--report-stuck-after", "abc", hang_pe, "healthy"});
     EXPECT_EQ(j.wait_exit(30s), 2);
