@@ -58,14 +58,23 @@ std::size_t size_of(std::uint32_t seq, std::size_t big) {
             return seq % 300;
     }
 }
+// Byte i of message (from, seq) is (from * 131 + seq * 7 + i) & 0xff: a window into one
+// ramp of bytes 0, 1, ..., 255, 0, ... So a message is filled by one copy and checked by
+// one compare (a byte loop made this file's 100k-message cases 70 s each under ASan).
+const std::byte* ramp_at(std::uint32_t from, std::uint32_t seq) {
+    static const std::vector<std::byte> ramp = [] {
+        std::vector<std::byte> r(default_max_payload + 256);
+        for (std::size_t i = 0; i < r.size(); ++i)
+            r[i] = static_cast<std::byte>(i & 0xff);
+        return r;
+    }();
+    return ramp.data() + ((from * 131 + seq * 7) & 0xff);
+}
 void fill(std::vector<std::byte>& v, std::uint32_t from, std::uint32_t seq) {
-    for (std::size_t i = 0; i < v.size(); ++i)
-        v[i] = static_cast<std::byte>((from * 131 + seq * 7 + i) & 0xff);
+    if (!v.empty()) std::memcpy(v.data(), ramp_at(from, seq), v.size());
 }
 bool check(std::span<const std::byte> v, std::uint32_t from, std::uint32_t seq) {
-    for (std::size_t i = 0; i < v.size(); ++i)
-        if (v[i] != static_cast<std::byte>((from * 131 + seq * 7 + i) & 0xff)) return false;
-    return true;
+    return v.empty() || std::memcmp(v.data(), ramp_at(from, seq), v.size()) == 0;
 }
 
 struct pe_setup {
