@@ -348,10 +348,12 @@ bool scheduler::run_once() {
     did |= drain_remote();
     if (!_timers.empty()) did |= fire_timers(clock::now());
     if (_reactor) {
-        // Entering the kernel is what costs here (1-2 µs); with the data on shared memory
-        // only every N-th iteration does, unless something waits to be submitted.
-        if (_kernel_poll_every <= 1 || _reactor->has_unsubmitted() ||
-            ++_kernel_polls_skipped >= _kernel_poll_every) {
+        // Entering the kernel is what costs here (1-2 µs). A ring with TASKRUN_FLAG says
+        // when that would find work, so poll() is cheap; on a ring without it, with the
+        // data on shared memory, only every N-th iteration does, unless something waits
+        // to be submitted.
+        if (_kernel_poll_every <= 1 || _reactor->polls_without_syscalls() ||
+            _reactor->has_unsubmitted() || ++_kernel_polls_skipped >= _kernel_poll_every) {
             _kernel_polls_skipped = 0;
             did |= _reactor->poll();
         }

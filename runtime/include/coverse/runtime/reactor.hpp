@@ -31,7 +31,8 @@ struct reactor_features {
     bool defer_taskrun = false;
     bool coop_taskrun = false;
     bool submit_all = false;
-    bool ext_arg = false;  // timeout passed to io_uring_enter directly
+    bool taskrun_flag = false;  // the ring's flags say when task_work waits (no blind enter)
+    bool ext_arg = false;       // timeout passed to io_uring_enter directly
     bool nodrop = false;
     bool fast_poll = false;
     bool send_zc = false;   // IORING_OP_SEND_ZC supported
@@ -71,7 +72,9 @@ public:
     /// Submits pending entries and reaps whatever completions are ready, without blocking.
     /// Runs deferred task_work when requests are in flight, since with DEFER_TASKRUN (and
     /// in practice without it) completions appear only when the ring's owner enters the
-    /// kernel. Returns true if any completion was delivered.
+    /// kernel. With TASKRUN_FLAG it enters the kernel only when the ring's flags say that
+    /// work waits there, so a spinning loop makes no system call while nothing happens.
+    /// Returns true if any completion was delivered.
     bool poll();
 
     /// Blocks until at least one completion arrives or `timeout` passes (negative: no
@@ -80,6 +83,11 @@ public:
 
     /// True when prepared entries wait for their submission.
     bool has_unsubmitted() const noexcept { return _unsubmitted != 0; }
+    /// True when entering the kernel may find completion work (task_work queued, an
+    /// overflowed completion queue), or when this ring cannot tell (no TASKRUN_FLAG).
+    bool kernel_has_work() const noexcept;
+    /// True when poll() enters the kernel only when kernel_has_work() says so.
+    bool polls_without_syscalls() const noexcept { return _features.taskrun_flag; }
 
     /// Requests in flight (tracked ones), for shutdown: reap until this reaches zero.
     std::uint64_t in_flight() const noexcept { return _in_flight + _background; }
