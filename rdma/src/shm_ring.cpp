@@ -52,12 +52,20 @@ std::size_t power_of_two_at_least(std::size_t n) noexcept {
 }  // namespace
 
 shm_ring::shm_ring(std::string name, void* base, std::size_t bytes) noexcept
-    : _name(std::move(name)), _h(static_cast<shm_ring_header*>(base)), _map_bytes(bytes) {}
+    : _name(std::move(name)),
+      _h(static_cast<shm_ring_header*>(base)),
+      _map_bytes(bytes),
+      _cap(_h->capacity),
+      _seen_head(_h->head.load(std::memory_order_acquire)),
+      _seen_tail(_h->tail.load(std::memory_order_acquire)) {}
 
 shm_ring::shm_ring(shm_ring&& o) noexcept
     : _name(std::move(o._name)),
       _h(std::exchange(o._h, nullptr)),
       _map_bytes(std::exchange(o._map_bytes, 0)),
+      _cap(o._cap),
+      _seen_head(o._seen_head),
+      _seen_tail(o._seen_tail),
       _pending_advance(o._pending_advance),
       _linked(std::exchange(o._linked, false)),
       _corrupt(o._corrupt) {}
@@ -142,16 +150,20 @@ void shm_ring::unlink() noexcept {
 
 bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
                          std::uint32_t tag) noexcept {
-    const std::uint64_t cap = _h->capacity;
+    const std::uint64_t cap = _cap;
     const std::size_t rec = record_header + round16(chunk.size());
     if (chunk.size() > max_chunk()) return false;
     std::uint64_t tail = _h->tail.load(std::memory_order_relaxed);  // ours
-    const std::uint64_t head = _h->head.load(std::memory_order_acquire);
-    const std::uint64_t free = cap - (tail - head);
     std::uint64_t off = tail & (cap - 1);
     const std::uint64_t to_end = cap - off;
     const std::uint64_t need = rec <= to_end ? rec : to_end + rec;
-    if (need > free) return false;
+    // The consumer's position as last read: it only moves forward, so the room it leaves
+    // is at least this. The shared line is read again only when that room is too small —
+    // reading it on every write pulled the line the consumer writes across the cores.
+    if (need > cap - (tail - _seen_head)) {
+        _seen_head = _h->head.load(std::memory_order_acquire);
+        if (need > cap - (tail - _seen_head)) return false;
+    }
     if (rec > to_end) {
         // Records never wrap: pad to the end with a skip record (to_end >= 16: every size
         // and offset is a multiple of 16).
@@ -179,11 +191,16 @@ bool shm_ring::take_sleeper() noexcept {
 }
 
 std::optional<shm_record> shm_ring::peek() noexcept {
-    const std::uint64_t cap = _h->capacity;
+    const std::uint64_t cap = _cap;
     std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
     for (;;) {
-        const std::uint64_t tail = _h->tail.load(std::memory_order_acquire);
-        if (head == tail) return std::nullopt;
+        // The producer's position as last read covers every record before it; the shared
+        // line is read again only once those are consumed.
+        if (head == _seen_tail) {
+            _seen_tail = _h->tail.load(std::memory_order_acquire);
+            if (head == _seen_tail) return std::nullopt;
+        }
+        const std::uint64_t tail = _seen_tail;
         const std::uint64_t off = head & (cap - 1);
         record_head r;
         std::memcpy(&r, data() + off, sizeof r);

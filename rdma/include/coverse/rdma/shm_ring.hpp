@@ -69,7 +69,7 @@ public:
 
     /// Removes the name (the mapping stays valid for both sides). Idempotent.
     void unlink() noexcept;
-    std::size_t capacity() const noexcept { return static_cast<std::size_t>(_h->capacity); }
+    std::size_t capacity() const noexcept { return static_cast<std::size_t>(_cap); }
     /// The largest chunk one record carries.
     std::size_t max_chunk() const noexcept { return capacity() / 4; }
 
@@ -105,6 +105,9 @@ private:
     std::string _name;
     shm_ring_header* _h = nullptr;
     std::size_t _map_bytes = 0;
+    std::uint64_t _cap = 0;              // _h->capacity, checked when mapped; read on every record
+    std::uint64_t _seen_head = 0;        // producer: the consumer's head when last read (<= head)
+    std::uint64_t _seen_tail = 0;        // consumer: the producer's tail when last read (<= tail)
     std::uint64_t _pending_advance = 0;  // consumer: size of the record peek() returned
     bool _linked = false;
     bool _corrupt = false;
