@@ -601,6 +601,7 @@ layer::eager_counters layer::eager_stats() const noexcept {
     c.receives = m.eager.receives;
     c.no_credit = m.eager.no_credit;
     c.order_waits = m.eager.order_waits;
+    c.gate_waits = m.eager.gate_waits;
     c.opened = m.eager.opened;
     c.refused = m.eager.refused;
     c.bad_footers = m.eager.bad_footers;

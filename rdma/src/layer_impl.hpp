@@ -167,7 +167,7 @@ struct eager_state {
     std::uint64_t poll_now_ns = 0, next_sweep_ns = 0;
     std::uint32_t clock_polls = 0;  // eager_retire_idle reads the clock every 64th poll
     std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
-                  bad_footers = 0;
+                  bad_footers = 0, gate_waits = 0;
 };
 
 struct rndv_out;
@@ -246,6 +246,11 @@ struct layer::impl {
     std::optional<shm_doorbell> bell;
     std::unique_ptr<ring_poller> poller_;
     std::size_t ring_queued = 0;  // records waiting in any out_queue
+    /// The peers whose ring into this PE is mapped (in_ring), which ring_poll reads; call
+    /// refresh_ring_sources() after any in_ring is made or dropped.
+    std::vector<std::uint32_t> ring_sources;
+    void refresh_ring_sources();
+    bool ring_drain(std::uint32_t p);  // the records from p's ring, a bounded batch
     bool shm_wanted = false;
     bool shm_failed = false;
 
@@ -256,6 +261,9 @@ struct layer::impl {
     bool eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
                     send_completion* done);
     bool gate_drained(std::uint32_t dest) noexcept;
+    /// Waits up to EAGER_GATE_WAIT for `dest`'s gate channel to drain (layer.cpp); true when
+    /// it did, so the ring may take the next message now.
+    bool wait_for_gate(std::uint32_t dest) noexcept;
     bool may_switch_to(std::uint32_t dest, const eager_tx* path) noexcept;
     bool eager_poll();
     bool eager_pending() const noexcept;

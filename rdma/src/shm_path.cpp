@@ -87,6 +87,7 @@ void layer::impl::shm_connect() {
             // That PE has no shared memory (it said so): this direction uses the connection.
         }
     }
+    refresh_ring_sources();
     poller_ = std::make_unique<ring_poller>(*this);
     sched.add_poller(*poller_);
     // Every peer's messages come through rings: the connections carry only rare control
@@ -180,62 +181,72 @@ bool layer::impl::ring_pump(std::uint32_t dest) {
 }
 
 bool layer::impl::ring_poll() {
+    // Asked on every turn of a spinning loop: an idle pass is one inline load per ring.
     bool did = false;
     if (!eager.polled.empty()) {
         eager_retire_idle();
         did |= eager_poll();
     }
-    if (ring_queued)
+    if (ring_queued) [[unlikely]]
         for (std::uint32_t p = 0; p < peers.size(); ++p)
             if (!peers[p].out_queue.empty()) did |= ring_pump(p);
-    for (std::uint32_t p = 0; p < peers.size(); ++p) {
-        peer& in = peers[p];
-        if (!in.in_ring) continue;
-        // A bounded batch per ring, so one busy sender cannot hold the loop.
-        for (int n = 0; n < 256; ++n) {
-            auto rec = in.in_ring->peek();
-            if (!rec) {
-                if (in.in_ring->corrupt())
-                    up.on_fatal("PE " + std::to_string(cfg.rank) +
-                                ": the shared-memory ring from PE " + std::to_string(p) +
-                                " holds an impossible record (corrupt memory?)");
-                break;
-            }
-            did = true;
-            const std::uint8_t type = shm_flags::type_of(rec->flags);
-            const bool broadcast = (rec->flags & shm_flags::broadcast) != 0;
-            if (!is_message(type)) {
-                // A control frame of the rendezvous: one record, decoded in place.
-                if (!(rec->flags & shm_flags::first) || rec->total != rec->chunk.size() ||
-                    !on_frame(p, static_cast<net::frame_type>(type),
-                              broadcast ? net::frame_flags::broadcast : 0, rec->tag, rec->chunk))
-                    up.on_fatal("PE " + std::to_string(cfg.rank) +
-                                ": the shared-memory ring from PE " + std::to_string(p) +
-                                " holds a record of unknown type " + std::to_string(type));
-                in.in_ring->consume();
-                continue;
-            }
-            if (rec->flags & shm_flags::first) {
-                in.assembling = alloc::msg_alloc(std::max<std::uint32_t>(rec->total, 1));
-                if (!in.assembling)
-                    up.on_fatal("out of memory receiving " + std::to_string(rec->total) + " bytes");
-                in.total = rec->total;
-                in.filled = 0;
-                in.flags = rec->flags;
-                in.tag = rec->tag;
-            }
-            if (!in.assembling || in.filled + rec->chunk.size() > in.total)
+    for (const std::uint32_t p : ring_sources)
+        if (peers[p].in_ring->readable()) did |= ring_drain(p);
+    return did;
+}
+
+void layer::impl::refresh_ring_sources() {
+    ring_sources.clear();
+    for (std::uint32_t p = 0; p < peers.size(); ++p)
+        if (peers[p].in_ring) ring_sources.push_back(p);
+}
+
+bool layer::impl::ring_drain(std::uint32_t p) {
+    peer& in = peers[p];
+    bool did = false;
+    // A bounded batch per ring, so one busy sender cannot hold the loop.
+    for (int n = 0; n < 256; ++n) {
+        auto rec = in.in_ring->peek();
+        if (!rec) {
+            if (in.in_ring->corrupt())
                 up.on_fatal("PE " + std::to_string(cfg.rank) + ": the shared-memory ring from PE " +
-                            std::to_string(p) + " is corrupt (a chunk without its message)");
-            std::memcpy(static_cast<std::byte*>(in.assembling) + in.filled, rec->chunk.data(),
-                        rec->chunk.size());
-            in.filled += static_cast<std::uint32_t>(rec->chunk.size());
-            in.in_ring->consume();
-            if (in.filled < in.total) continue;
-            void* msg = std::exchange(in.assembling, nullptr);
-            deliver(p, msg, in.total, (in.flags & shm_flags::broadcast) != 0, in.tag);
-            if (cfg.eager && !in.eager_in) eager_note_stream_message(p);
+                            std::to_string(p) + " holds an impossible record (corrupt memory?)");
+            break;
         }
+        did = true;
+        const std::uint8_t type = shm_flags::type_of(rec->flags);
+        const bool broadcast = (rec->flags & shm_flags::broadcast) != 0;
+        if (!is_message(type)) {
+            // A control frame of the rendezvous: one record, decoded in place.
+            if (!(rec->flags & shm_flags::first) || rec->total != rec->chunk.size() ||
+                !on_frame(p, static_cast<net::frame_type>(type),
+                          broadcast ? net::frame_flags::broadcast : 0, rec->tag, rec->chunk))
+                up.on_fatal("PE " + std::to_string(cfg.rank) + ": the shared-memory ring from PE " +
+                            std::to_string(p) + " holds a record of unknown type " +
+                            std::to_string(type));
+            in.in_ring->consume();
+            continue;
+        }
+        if (rec->flags & shm_flags::first) {
+            in.assembling = alloc::msg_alloc(std::max<std::uint32_t>(rec->total, 1));
+            if (!in.assembling)
+                up.on_fatal("out of memory receiving " + std::to_string(rec->total) + " bytes");
+            in.total = rec->total;
+            in.filled = 0;
+            in.flags = rec->flags;
+            in.tag = rec->tag;
+        }
+        if (!in.assembling || in.filled + rec->chunk.size() > in.total)
+            up.on_fatal("PE " + std::to_string(cfg.rank) + ": the shared-memory ring from PE " +
+                        std::to_string(p) + " is corrupt (a chunk without its message)");
+        std::memcpy(static_cast<std::byte*>(in.assembling) + in.filled, rec->chunk.data(),
+                    rec->chunk.size());
+        in.filled += static_cast<std::uint32_t>(rec->chunk.size());
+        in.in_ring->consume();
+        if (in.filled < in.total) continue;
+        void* msg = std::exchange(in.assembling, nullptr);
+        deliver(p, msg, in.total, (in.flags & shm_flags::broadcast) != 0, in.tag);
+        if (cfg.eager && !in.eager_in) eager_note_stream_message(p);
     }
     return did;
 }
@@ -277,6 +288,7 @@ void layer::impl::shm_close() {
         p.out_bell.reset();
         p.in_ring.reset();
     }
+    ring_sources.clear();
     bell.reset();
 }
 

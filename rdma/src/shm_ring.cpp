@@ -190,7 +190,7 @@ bool shm_ring::take_sleeper() noexcept {
            _h->consumer_sleeping.exchange(0) != 0;
 }
 
-std::optional<shm_record> shm_ring::peek() noexcept {
+std::optional<shm_record> shm_ring::peek_published() noexcept {
     const std::uint64_t cap = _cap;
     std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
     for (;;) {

@@ -102,6 +102,10 @@ struct layer_config {
     /// credit frame after at most this long when nothing else carries them (0: only once
     /// half the slots are owed).
     std::uint64_t eager_credit_delay_ns = 200'000;
+    /// EAGER_GATE_WAIT: how long a small same-host send that found its channel without a
+    /// free slot waits for the receiver to take the channel's messages (order lets the ring
+    /// carry it only then) before it queues behind them.
+    std::uint64_t eager_gate_wait_ns = 20'000;
     /// EAGER_LONG_BUFFERS / EAGER_LONG_BUFFER_SIZE: a persistent handle's channel.
     std::uint32_t eager_long_buffers = 3;
     std::uint32_t eager_long_bytes = 1u << 20;
@@ -175,6 +179,7 @@ public:
         std::uint64_t sends = 0, receives = 0;
         std::uint64_t no_credit = 0;    // a channel had no free slot: the stream path took it
         std::uint64_t order_waits = 0;  // the ring still carried earlier messages
+        std::uint64_t gate_waits = 0;   // a send waited for a full channel to drain (ring next)
         std::uint64_t opened = 0, refused = 0, bad_footers = 0;
         std::size_t polled = 0, writing = 0;  // channels open now, each way
         std::uint64_t credit_frames = 0;      // explicit credit returns (connections)

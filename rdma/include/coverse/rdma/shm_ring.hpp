@@ -87,7 +87,18 @@ public:
     // ---- consumer ------------------------------------------------------------------------
     /// The next record, if one is published (skip records are passed over). nullopt also
     /// when the next record header is impossible (see corrupt()).
-    std::optional<shm_record> peek() noexcept;
+    std::optional<shm_record> peek() noexcept {
+        if (!readable()) return std::nullopt;  // the idle poll: inline, no call
+        return peek_published();
+    }
+    /// True when a record (or skip record) is published past our position. Reads the
+    /// producer's line only once the records seen before are consumed.
+    bool readable() noexcept {
+        const std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
+        if (head != _seen_tail) return true;
+        _seen_tail = _h->tail.load(std::memory_order_acquire);
+        return head != _seen_tail;
+    }
     /// True once peek() met a record that cannot be (outside the ring, past the tail,
     /// a chunk over max_chunk()): the producer wrote garbage; the ring is not read further.
     bool corrupt() const noexcept { return _corrupt; }
@@ -100,6 +111,7 @@ public:
 
 private:
     shm_ring(std::string name, void* base, std::size_t bytes) noexcept;
+    std::optional<shm_record> peek_published() noexcept;
     std::byte* data() const noexcept { return reinterpret_cast<std::byte*>(_h + 1); }
 
     std::string _name;
