@@ -198,12 +198,6 @@ bool reactor::poll() {
     return reap() != 0;
 }
 
-bool reactor::kernel_has_work() const noexcept {
-    if (!_features.taskrun_flag) return true;  // no way to know: always ask
-    const unsigned flags = IO_URING_READ_ONCE(*_ring.sq.kflags);
-    return (flags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
-}
-
 bool reactor::wait(std::chrono::nanoseconds timeout) {
     io_uring_cqe* cqe = nullptr;
     __kernel_timespec ts{};

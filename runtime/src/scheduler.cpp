@@ -338,28 +338,33 @@ bool scheduler::deliver_one() {
 }
 
 bool scheduler::run_once() {
-    bool did = run_ready();
+    // An idle iteration is what a spinning PE repeats between messages, and the time to
+    // notice a message is up to one of them: each step is guarded by a test of its own
+    // queue, so an idle turn is a few loads and the pollers.
+    bool did = !_ready.empty() && run_ready();
     if (_end_turn) {
         // A task made something ready for the loop's caller (a message for a handler):
         // return to it now rather than after a trip into the kernel.
         _end_turn = false;
         return true;
     }
-    did |= drain_remote();
+    if (!_remote_batch.empty() || !_remote.empty()) did |= drain_remote();
     if (!_timers.empty()) did |= fire_timers(clock::now());
     if (_reactor) {
         // Entering the kernel is what costs here (1-2 µs). A ring with TASKRUN_FLAG says
-        // when that would find work, so poll() is cheap; on a ring without it, with the
-        // data on shared memory, only every N-th iteration does, unless something waits
-        // to be submitted.
-        if (_kernel_poll_every <= 1 || _reactor->polls_without_syscalls() ||
-            _reactor->has_unsubmitted() || ++_kernel_polls_skipped >= _kernel_poll_every) {
+        // when that would find work, so poll() is asked only then; on a ring without it,
+        // with the data on shared memory, only every N-th iteration polls, unless
+        // something waits to be submitted.
+        if (_reactor->polls_without_syscalls()) {
+            if (_reactor->poll_needed()) did |= _reactor->poll();
+        } else if (_kernel_poll_every <= 1 || _reactor->has_unsubmitted() ||
+                   ++_kernel_polls_skipped >= _kernel_poll_every) {
             _kernel_polls_skipped = 0;
             did |= _reactor->poll();
         }
     }
     if (!_pollers.empty()) did |= poll_pollers();
-    if (_delivery_depth == 0) {
+    if (_delivery_depth == 0 && !_deliveries.empty()) {
         for (unsigned n = 0; n < _opts.task_quota && deliver_one(); ++n)
             did = true;
     }

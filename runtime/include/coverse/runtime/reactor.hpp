@@ -85,7 +85,18 @@ public:
     bool has_unsubmitted() const noexcept { return _unsubmitted != 0; }
     /// True when entering the kernel may find completion work (task_work queued, an
     /// overflowed completion queue), or when this ring cannot tell (no TASKRUN_FLAG).
-    bool kernel_has_work() const noexcept;
+    bool kernel_has_work() const noexcept {
+        if (!_features.taskrun_flag) return true;  // no way to know: always ask
+        const unsigned flags = IO_URING_READ_ONCE(*_ring.sq.kflags);
+        return (flags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
+    }
+    /// True when poll() would do anything: entries to submit, completions posted, or (with
+    /// a request in flight) work the kernel holds. Inline: the spinning loop asks it on
+    /// every turn.
+    bool poll_needed() const noexcept {
+        return _unsubmitted != 0 || io_uring_cq_ready(&_ring) != 0 ||
+               (_in_flight != 0 && kernel_has_work());
+    }
     /// True when poll() enters the kernel only when kernel_has_work() says so.
     bool polls_without_syscalls() const noexcept { return _features.taskrun_flag; }
 
