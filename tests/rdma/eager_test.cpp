@@ -10,8 +10,10 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <string>
 #include <thread>
@@ -238,6 +240,59 @@ TEST_P(eager, immediate_sends_keep_order_with_ring_slots_and_rendezvous_and_refu
             return receive_checked(n, sizes, 1);
         });
     EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+// A burst that starts in an idle receiver's channel fills its slots; the next message may
+// take the ring only once the receiver took the channel's (order). It used to fall back to
+// the full path then, and with it every later message of the burst (queued behind the gate);
+// now the sender waits for the drain (EAGER_GATE_WAIT, long here so that a slow machine
+// cannot decide the test) and the whole burst goes at once, in order.
+TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order) {
+    if (!GetParam().same_host) GTEST_SKIP() << "the ring and its gate are same-host paths";
+    _opt.cfg.eager_gate_wait_ns = 10'000'000'000;
+    std::vector<std::size_t> sizes(24, 64);  // paced: the receiver opens the channel
+    const std::size_t burst = 300;
+    for (std::size_t k = 0; k < burst; ++k)
+        sizes.push_back(k % 3 == 0 ? 8 : 1000);
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            const std::size_t paced = sizes.size() - burst;
+            if (const int rc = send_numbered(
+                    n, 1, std::vector<std::size_t>(sizes.begin(), sizes.begin() + paced), 4))
+                return rc;
+            if (!n.wait_for([&] { return n.rdma->eager_stats().writing > 0; }))
+                return 30;  // the receiver never opened a channel to us
+            std::vector<void*> bufs;
+            std::deque<recorded_send> later;  // stable addresses while in flight
+            for (std::size_t k = paced; k < sizes.size(); ++k) {
+                void* m = alloc::msg_alloc(sizes[k]);
+                if (!m) return 10;
+                fill(m, sizes[k], k);
+                bufs.push_back(m);
+                const auto* b = static_cast<const std::byte*>(m);
+                const auto size = static_cast<std::uint32_t>(sizes[k]);
+                if (!n.rdma->try_send_now(1, b, size))  // still delivered: the full path
+                    n.rdma->send(1, b, size, false, 0, &later.emplace_back());
+            }
+            if (!n.wait_for([&] {
+                    return std::all_of(later.begin(), later.end(),
+                                       [](const recorded_send& d) { return d.calls > 0; });
+                }))
+                return 11;
+            for (void* m : bufs)
+                alloc::msg_free(m);
+            const std::size_t refused = later.size();
+            if (refused != 0) {
+                std::fprintf(stderr, "PE 0: %zu of the burst's %zu sends were refused\n", refused,
+                             burst);
+                return 31;
+            }
+            return n.rdma->eager_stats().gate_waits > 0 ? 0 : 32;
+        },
+        [&](node& n, const std::function<void()>&) { return receive_checked(n, sizes, 1); });
+    EXPECT_EQ(r.pe0, 0) << "30: no channel, 31: sends refused, 32: the gate was never waited for";
     EXPECT_EQ(r.pe1, 0);
 }
 
