@@ -75,6 +75,7 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
     // The common case in one place: a point-to-point message for a user handler with
     // tracing and the grid queue off needs only its sequence count and its queue slot (the
     // internal handlers, barrier arrivals among them, sit above internal_handler_base).
+    // Everything else is out of line, so this path sets up no frame for it.
     if (!broadcast && size >= CmiMsgHeaderSizeBytes && !_grid.enabled() && !trace::enabled() &&
         header_of(msg)->handler < internal_handler_base) [[likely]] {
         ++_recv_seq[from];
@@ -83,6 +84,11 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
         _sched->end_turn();
         return;
     }
+    accept_message_slow(from, msg, size, broadcast, root);
+}
+
+void pe_core::accept_message_slow(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
+                                  std::uint32_t root) {
     if (size < CmiMsgHeaderSizeBytes) {  // a peer's bug: report it, never hand it on
         if (msg) alloc::msg_free(msg);
         ++_recv_seq[from];
@@ -176,6 +182,11 @@ void pe_core::call_handler(void* msg) {
         e.fn(msg);
         return;
     }
+    call_handler_slow(msg);
+}
+
+void pe_core::call_handler_slow(void* msg) {
+    const std::uint32_t n = header_of(msg)->handler;
     const handler_entry* e = nullptr;
     if (n >= internal_handler_base) {
         auto it = _internal.find(n);

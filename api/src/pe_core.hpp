@@ -368,6 +368,8 @@ private:
     };
     void accept_message(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                         std::uint32_t root);
+    [[gnu::noinline]] void accept_message_slow(std::uint32_t from, void* msg, std::uint32_t size,
+                                               bool broadcast, std::uint32_t root);
     frame_ticket* new_ticket(std::uint32_t dest);
     void frame_done(frame_ticket& t, int result);
     void transmit(std::uint32_t dest, void* buf, std::uint32_t size, bool broadcast,
@@ -411,6 +413,7 @@ private:
     }
     void* next_message();
     void call_handler(void* msg);
+    [[gnu::noinline]] void call_handler_slow(void* msg);
     void run_idle_wait();
     void fire_timers();
     void raise_periodic(double now);

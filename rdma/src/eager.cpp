@@ -95,8 +95,14 @@ bool layer::impl::may_switch_to(std::uint32_t dest, const eager_tx* path) noexce
         p.gate = nullptr;  // back to the ring: the channel is drained
         return true;
     }
-    // From the ring (or a drained channel) to a channel: the ring must be caught up.
-    return p.out_queue.empty() && p.out_ring->consumer_caught_up();
+    // From the ring (or a drained channel) to a channel: the ring must be caught up. Within
+    // one burst (no poll since this peer's last ring write: a handler sending a window) the
+    // consumer is behind and asking costs a transfer of its line per message, so only the
+    // position last read is consulted; after a turn of the loop, the consumer's line is read.
+    if (!p.out_queue.empty()) return false;
+    const bool look = p.caught_up_asked_at != ring_polls;
+    p.caught_up_asked_at = ring_polls;
+    return p.out_ring->consumer_caught_up_if(look);
 }
 
 bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
@@ -111,7 +117,16 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
             break;
         }
     }
-    if (!c && p.eager_out && size <= p.eager_out->seg.capacity()) c = p.eager_out.get();
+    if (!c && p.eager_out && size <= p.eager_out->seg.capacity()) {
+        // A short channel takes a message only while the receiver has taken every earlier one
+        // (latency-bound traffic: a ping-pong, a reply). The second message of a burst goes
+        // by the ring once the first is taken (wait_for_gate), and the rest of the burst
+        // stays there: for small messages the ring's copy costs the receiver less than a
+        // slot's footer scan, free and credit (measured: 8 B rate 0.79x with bursts in
+        // the slots).
+        if (!p.eager_out->drained()) return false;
+        c = p.eager_out.get();
+    }
     if (!c) return false;
     if (!may_switch_to(dest, c)) {
         ++eager.order_waits;

@@ -146,6 +146,7 @@ struct peer {
     eager_tx* gate = nullptr;
     std::unique_ptr<eager_segment> gate_segment;  // a dropped gate channel, until drained
     std::uint64_t gate_drain = 0;
+    std::uint64_t caught_up_asked_at = ~std::uint64_t{0};  // ring_polls at may_switch_to's last ask
     // Receiving: the short channel we opened for this peer, and the busy-sender window.
     eager_rx* eager_in = nullptr;
     std::unique_ptr<tcp_rx> tcp_in;   // over the connection: our slots for this sender
@@ -245,7 +246,8 @@ struct layer::impl {
     };
     std::optional<shm_doorbell> bell;
     std::unique_ptr<ring_poller> poller_;
-    std::size_t ring_queued = 0;  // records waiting in any out_queue
+    std::size_t ring_queued = 0;   // records waiting in any out_queue
+    std::uint64_t ring_polls = 0;  // ring_poll calls so far: a sender's "has the loop turned?"
     /// The peers whose ring into this PE is mapped (in_ring), which ring_poll reads; call
     /// refresh_ring_sources() after any in_ring is made or dropped.
     std::vector<std::uint32_t> ring_sources;

@@ -182,6 +182,7 @@ bool layer::impl::ring_pump(std::uint32_t dest) {
 
 bool layer::impl::ring_poll() {
     // Asked on every turn of a spinning loop: an idle pass is one inline load per ring.
+    ++ring_polls;
     bool did = false;
     if (!eager.polled.empty()) {
         eager_retire_idle();

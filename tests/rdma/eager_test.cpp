@@ -146,11 +146,14 @@ int send_paced(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes)
     return send_numbered(n, to, sizes, 4);
 }
 
-// Takes `count` messages as they come, checks each against sizes[k] and seed k, and frees
-// them `batch` at a time in reverse order (batch 1: at once). Returns 0 or the failing check.
-int receive_checked(node& n, const std::vector<std::size_t>& sizes, std::size_t batch) {
+// Takes messages begin..end-1 as they come, checks each against sizes[k] and seed k, and
+// frees them `batch` at a time in reverse order (batch 1: at once). Returns 0 or the failing
+// check.
+int receive_checked(node& n, const std::vector<std::size_t>& sizes, std::size_t batch,
+                    std::size_t begin = 0, std::size_t end = SIZE_MAX) {
+    end = std::min(end, sizes.size());
     std::vector<void*> held;
-    for (std::size_t k = 0; k < sizes.size(); ++k) {
+    for (std::size_t k = begin; k < end; ++k) {
         if (!n.wait_messages(1, 60s)) {
             std::fprintf(stderr, "PE %u: message %zu never came\n", n.rank, k);
             return 20;
@@ -164,7 +167,7 @@ int receive_checked(node& n, const std::vector<std::size_t>& sizes, std::size_t 
             return 21;
         }
         held.push_back(a.msg);
-        if (held.size() == batch || k + 1 == sizes.size()) {
+        if (held.size() == batch || k + 1 == end) {
             for (auto it = held.rbegin(); it != held.rend(); ++it)
                 alloc::msg_free(*it);
             held.clear();
@@ -243,11 +246,12 @@ TEST_P(eager, immediate_sends_keep_order_with_ring_slots_and_rendezvous_and_refu
     EXPECT_EQ(r.pe1, 0);
 }
 
-// A burst that starts in an idle receiver's channel fills its slots; the next message may
-// take the ring only once the receiver took the channel's (order). It used to fall back to
-// the full path then, and with it every later message of the burst (queued behind the gate);
-// now the sender waits for the drain (EAGER_GATE_WAIT, long here so that a slow machine
-// cannot decide the test) and the whole burst goes at once, in order.
+// A burst's first message takes the short channel of an idle receiver; the next may take
+// the ring only once the receiver took what the channel holds (order). It used to fall
+// back to the full path then, and with it every later message of the burst (queued behind
+// the gate); now the sender waits for the drain (EAGER_GATE_WAIT, long here so that a slow
+// machine cannot decide the test) and the whole burst goes at once, in order. The receiver
+// pauses before the burst, so that the wait is certain to happen.
 TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order) {
     if (!GetParam().same_host) GTEST_SKIP() << "the ring and its gate are same-host paths";
     _opt.cfg.eager_gate_wait_ns = 10'000'000'000;
@@ -264,6 +268,13 @@ TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order)
                 return rc;
             if (!n.wait_for([&] { return n.rdma->eager_stats().writing > 0; }))
                 return 30;  // the receiver never opened a channel to us
+            // The receiver took every paced message (its note says so): the burst's first
+            // message finds the ring caught up and the channel drained, so it takes a slot.
+            if (!n.wait_messages(2)) return 33;
+            for (int k = 0; k < 2; ++k) {
+                alloc::msg_free(n.inbox.front().msg);
+                n.inbox.pop_front();
+            }
             std::vector<void*> bufs;
             std::deque<recorded_send> later;  // stable addresses while in flight
             for (std::size_t k = paced; k < sizes.size(); ++k) {
@@ -289,10 +300,38 @@ TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order)
                              burst);
                 return 31;
             }
-            return n.rdma->eager_stats().gate_waits > 0 ? 0 : 32;
+            const auto st = n.rdma->eager_stats();
+            if (st.gate_waits == 0)
+                std::fprintf(stderr, "PE 0: eager sends %llu, order waits %llu, no credit %llu\n",
+                             static_cast<unsigned long long>(st.sends),
+                             static_cast<unsigned long long>(st.order_waits),
+                             static_cast<unsigned long long>(st.no_credit));
+            return st.gate_waits > 0 ? 0 : 32;
         },
-        [&](node& n, const std::function<void()>&) { return receive_checked(n, sizes, 1); });
-    EXPECT_EQ(r.pe0, 0) << "30: no channel, 31: sends refused, 32: the gate was never waited for";
+        [&](node& n, const std::function<void()>&) {
+            const std::size_t paced = sizes.size() - burst;
+            if (const int rc = receive_checked(n, sizes, 1, 0, paced)) return rc;
+            // Two notes: the first makes the sender open a channel for our messages (threshold
+            // 1), whose opening it writes into its ring to us; once we have mapped it (so read
+            // that ring to its end) the second says the sender may go.
+            for (int k = 0; k < 2; ++k) {
+                void* note = alloc::msg_alloc(8);
+                if (!note) return 10;
+                fill(note, 8, 0);
+                recorded_send sent;
+                n.rdma->send(0, static_cast<const std::byte*>(note), 8, false, 0, &sent);
+                if (!n.wait_for([&] { return sent.calls > 0; })) return 11;
+                alloc::msg_free(note);
+                if (k == 0 && !n.wait_for([&] { return n.rdma->eager_stats().writing > 0; }))
+                    return 12;
+            }
+            // Not polling for a while: the burst's first message waits in its slot, and the
+            // second at the gate.
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            return receive_checked(n, sizes, 1, paced);
+        });
+    EXPECT_EQ(r.pe0, 0) << "30: no channel, 31: sends refused, 32: the gate was never waited for, "
+                           "33: no note from the receiver";
     EXPECT_EQ(r.pe1, 0);
 }
 

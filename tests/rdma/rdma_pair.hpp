@@ -206,7 +206,14 @@ inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key
         [[maybe_unused]] auto r = ::read(gate_fd, &c, 1);
     };
     const int rc = body(n, gate);
-    if (rc == 0 && n.failed_peers.empty()) n.shut_down();
+    if (rc != 0) {
+        // A failed check: its code is the result. Tearing the node down mid-protocol would
+        // abort on the tasks still running and hide the code behind SIGABRT (134).
+        std::fprintf(stderr, "PE %u: failed with code %d\n", rank, rc);
+        std::fflush(nullptr);
+        std::_Exit(rc);
+    }
+    if (n.failed_peers.empty()) n.shut_down();
     if (rc == 0 && !n.failed_peers.empty() && !n._down) {
         // The peer is gone: close what is left without a handshake.
         n.rdma->close();

@@ -81,6 +81,17 @@ public:
     bool consumer_caught_up() const noexcept {
         return _h->head.load(std::memory_order_acquire) == _h->tail.load(std::memory_order_relaxed);
     }
+    /// Like consumer_caught_up(), for a sender asking before every message whether it may
+    /// leave the ring. True at once if the consumer's position last read says so; else the
+    /// consumer's line (which it keeps writing: each read is a transfer) is read again only
+    /// when `look` — the caller's guess that the consumer may have caught up meanwhile.
+    bool consumer_caught_up_if(bool look) noexcept {
+        const std::uint64_t tail = _h->tail.load(std::memory_order_relaxed);
+        if (_seen_head == tail) return true;
+        if (!look) return false;
+        _seen_head = _h->head.load(std::memory_order_acquire);
+        return _seen_head == tail;
+    }
     /// True when the consumer said it is going to sleep (and clears that): ring its bell.
     bool take_sleeper() noexcept;
 
