@@ -247,7 +247,14 @@ bool layer::impl::ring_drain(std::uint32_t p) {
         if (in.filled < in.total) continue;
         void* msg = std::exchange(in.assembling, nullptr);
         deliver(p, msg, in.total, (in.flags & shm_flags::broadcast) != 0, in.tag);
-        if (cfg.eager && !in.eager_in) eager_note_stream_message(p);
+        if (cfg.eager && !in.eager_in) {
+            // Counted inline; the busy-sender window is judged at its first and its
+            // THRESHOLD-th message.
+            if (in.window_count != 0 && in.window_count + 1 < cfg.eager_threshold)
+                ++in.window_count;
+            else
+                eager_note_stream_message(p);
+        }
     }
     return did;
 }

@@ -20,20 +20,13 @@ namespace coverse::rdma {
 namespace {
 
 constexpr std::uint32_t ring_magic = 0x4752'5643;  // "CVRG"
-constexpr std::size_t record_header = 16;
+constexpr std::size_t record_header = detail::shm_record_header;
 constexpr std::size_t min_capacity = 64 * 1024;
 
-struct record_head {
-    std::uint32_t chunk;
-    std::uint32_t total;
-    std::uint16_t flags;
-    std::uint16_t reserved;
-    std::uint32_t tag;
-};
-static_assert(sizeof(record_head) == record_header);
-
+using record_head = detail::shm_record_head;
+using detail::shm_round16;
 std::size_t round16(std::size_t n) noexcept {
-    return (n + 15) & ~std::size_t{15};
+    return shm_round16(n);
 }
 
 constexpr std::size_t max_capacity = std::size_t{1} << 30;  // chunks stay far below 4 GiB
@@ -188,46 +181,6 @@ bool shm_ring::take_sleeper() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return _h->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
            _h->consumer_sleeping.exchange(0) != 0;
-}
-
-std::optional<shm_record> shm_ring::peek_published() noexcept {
-    const std::uint64_t cap = _cap;
-    std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
-    for (;;) {
-        // The producer's position as last read covers every record before it; the shared
-        // line is read again only once those are consumed.
-        if (head == _seen_tail) {
-            _seen_tail = _h->tail.load(std::memory_order_acquire);
-            if (head == _seen_tail) return std::nullopt;
-        }
-        const std::uint64_t tail = _seen_tail;
-        const std::uint64_t off = head & (cap - 1);
-        record_head r;
-        std::memcpy(&r, data() + off, sizeof r);
-        // The header comes from another process: a record must lie inside the ring and
-        // before the published tail, and a data chunk within max_chunk().
-        const std::size_t rec = record_header + round16(r.chunk);
-        if (rec > cap - off || head + rec > tail ||
-            (!(r.flags & shm_flags::skip) && r.chunk > max_chunk())) {
-            _corrupt = true;
-            return std::nullopt;
-        }
-        if (r.flags & shm_flags::skip) {
-            head += rec;
-            _h->head.store(head, std::memory_order_release);
-            continue;
-        }
-        _pending_advance = rec;
-        return shm_record{std::span<const std::byte>(data() + off + record_header, r.chunk),
-                          r.total, r.flags, r.tag};
-    }
-}
-
-void shm_ring::consume() noexcept {
-    const std::uint64_t head = _h->head.load(std::memory_order_relaxed);
-    // Release: the producer may reuse the bytes only after we are done reading them.
-    _h->head.store(head + _pending_advance, std::memory_order_release);
-    _pending_advance = 0;
 }
 
 bool shm_ring::empty() const noexcept {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +31,22 @@ struct shm_ring_header {
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "the ring needs lock-free 64-bit atomics to be shared between processes");
+
+namespace detail {
+/// A record's 16-byte header in the ring.
+struct shm_record_head {
+    std::uint32_t chunk;
+    std::uint32_t total;
+    std::uint16_t flags;
+    std::uint16_t reserved;
+    std::uint32_t tag;
+};
+static_assert(sizeof(shm_record_head) == 16);
+inline constexpr std::size_t shm_record_header = sizeof(shm_record_head);
+constexpr std::size_t shm_round16(std::size_t n) noexcept {
+    return (n + 15) & ~std::size_t{15};
+}
+}  // namespace detail
 
 /// A record as the consumer sees it (views the ring until consume()).
 struct shm_record {
@@ -114,7 +131,12 @@ public:
     /// a chunk over max_chunk()): the producer wrote garbage; the ring is not read further.
     bool corrupt() const noexcept { return _corrupt; }
     /// Releases the record peek() returned.
-    void consume() noexcept;
+    void consume() noexcept {
+        const std::uint64_t head = _h->head.load(std::memory_order_relaxed);
+        // Release: the producer may reuse the bytes only after we are done reading them.
+        _h->head.store(head + _pending_advance, std::memory_order_release);
+        _pending_advance = 0;
+    }
     bool empty() const noexcept;
     /// Announces sleep; returns false (and takes it back) if a record arrived meanwhile.
     bool prepare_sleep() noexcept;
@@ -122,7 +144,40 @@ public:
 
 private:
     shm_ring(std::string name, void* base, std::size_t bytes) noexcept;
-    std::optional<shm_record> peek_published() noexcept;
+    // Inline, so that a consumer's loop keeps the record in registers (it is read once per
+    // message).
+    std::optional<shm_record> peek_published() noexcept {
+        const std::uint64_t cap = _cap;
+        std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
+        for (;;) {
+            // The producer's position as last read covers every record before it; the shared
+            // line is read again only once those are consumed.
+            if (head == _seen_tail) {
+                _seen_tail = _h->tail.load(std::memory_order_acquire);
+                if (head == _seen_tail) return std::nullopt;
+            }
+            const std::uint64_t off = head & (cap - 1);
+            detail::shm_record_head r;
+            std::memcpy(&r, data() + off, sizeof r);
+            // The header comes from another process: a record must lie inside the ring and
+            // before the published tail, and a data chunk within max_chunk().
+            const std::size_t rec = detail::shm_record_header + detail::shm_round16(r.chunk);
+            if (rec > cap - off || head + rec > _seen_tail ||
+                (!(r.flags & shm_flags::skip) && r.chunk > max_chunk())) [[unlikely]] {
+                _corrupt = true;
+                return std::nullopt;
+            }
+            if (r.flags & shm_flags::skip) [[unlikely]] {
+                head += rec;
+                _h->head.store(head, std::memory_order_release);
+                continue;
+            }
+            _pending_advance = rec;
+            return shm_record{
+                std::span<const std::byte>(data() + off + detail::shm_record_header, r.chunk),
+                r.total, r.flags, r.tag};
+        }
+    }
     std::byte* data() const noexcept { return reinterpret_cast<std::byte*>(_h + 1); }
 
     std::string _name;
