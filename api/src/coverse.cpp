@@ -363,7 +363,12 @@ task<void> machine::send(std::uint32_t pe, message msg) {
         check_not_lost(pe, "a send to it, waiting for a credit");
         header_of(msg.get())->flags |= credit_flag | (this->pe() << source_shift);
     }
-    // The message is freed when this frame ends.
+    // The message is freed when this frame ends. A small one that fits the peer's ring or
+    // eager slot has gone once it is there: no inner frame, handle or completion.
+    if (_core->send_now(pe, msg.bytes())) {
+        check_not_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
+        co_return;
+    }
     co_await send_bytes(pe, msg.bytes());
 }
 

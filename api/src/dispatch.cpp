@@ -166,20 +166,22 @@ void* pe_core::next_message() {
         void* m = pop_network();
         return m;
     }
-    return _sched_queue.pop();
+    return _sched_queue.empty() ? nullptr : _sched_queue.pop();  // asked on every idle turn
 }
 
 void pe_core::call_handler(void* msg) {
     const std::uint32_t n = header_of(msg)->handler;
     // A registered user handler and an untraced receive: the per-message cost is the marks
     // the hang doctor reads and the call.
-    if (n < _handlers.size() && _handlers[n].fn && !_handlers[n].fnx &&
+    if (n < _handlers.size() && (_handlers[n].fn || _handlers[n].fnx) &&
         !(header_of(msg)->flags & header_flag_traced_receive)) [[likely]] {
         const handler_entry& e = _handlers[n];
         delivery_guard guard(*_sched);
-        const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n),
-                                           reinterpret_cast<const void*>(e.fn));
-        e.fn(msg);
+        const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n), e.address());
+        if (e.fnx)
+            e.fnx(msg, e.user);  // CmiRegisterHandlerEx, a coroutine stream
+        else
+            e.fn(msg);
         return;
     }
     call_handler_slow(msg);

@@ -187,6 +187,12 @@ public:
     /// once: start_send is nullopt when every handle slot is in use (then send_async), else
     /// the handle (null: finished); finish_send waits for it and releases it.
     std::optional<CmiCommHandle> start_send(std::uint32_t dest, std::span<const std::byte> msg);
+    /// The small-message fast path alone (try_send_now, borrowing `msg`): true when the
+    /// message is in the peer's ring or eager slot, so the send is done.
+    bool send_now(std::uint32_t dest, std::span<const std::byte> msg) {
+        return try_send_now(static_cast<int>(dest), static_cast<int>(msg.size()),
+                            const_cast<std::byte*>(msg.data()), ownership::borrow);
+    }
     task<void> finish_send(CmiCommHandle h, std::uint32_t dest);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
     /// A message the coroutine API sends for itself (ownership taken): under
@@ -199,7 +205,9 @@ public:
     /// ON_PEER_LOST=report: a dead PE is reported to the coroutine API (the notice message,
     /// internal_handler::peer_lost_notice, queued behind what it sent) and the job goes on.
     bool report_lost_peers() const noexcept { return _report_lost; }
-    bool is_lost(std::uint32_t pe) const noexcept { return pe < _lost.size() && _lost[pe]; }
+    bool is_lost(std::uint32_t pe) const noexcept {
+        return !_lost_order.empty() && pe < _lost.size() && _lost[pe];  // the usual: none lost
+    }
     /// The first PE this PE lost (report mode), if any.
     std::optional<std::uint32_t> first_lost() const noexcept { return _first_lost; }
     /// PEs lost so far; a lost PE's index in that order (a waiter that started after it was
