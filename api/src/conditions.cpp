@@ -79,8 +79,11 @@ void pe_core::raise_condition(int cond) {
     const bool none = _conditions[cond].empty() && _conditions_keep[cond].empty();
     double now = -1;
     if (cond == CcdPROCESSOR_BEGIN_IDLE) {
-        now = wall_time();
-        _idle_since = now;
+        // The idle spell's start matters to the idle callbacks only (STILL_IDLE, LONG_IDLE:
+        // periodic ones); without any, the clock is not read once per message. A callback
+        // registered during the spell starts it at its first periodic check (-2).
+        if (has_periodic()) now = wall_time();
+        _idle_since = now >= 0 ? now : -2;
         _long_idle_raised = false;
         quiescence_idle(*this);  // a pending detection round is answered from an idle PE
     } else if (cond == CcdPROCESSOR_BEGIN_BUSY) {
@@ -153,6 +156,7 @@ void pe_core::raise_periodic(double now) {
             signal_seen[i] = 0;
             raise_condition(i == 0 ? CcdSIGUSR1 : CcdSIGUSR2);
         }
+    if (_idle && _idle_since == -2) _idle_since = now;  // idle since before this check
     if (_idle && _idle_since >= 0) {
         if (wanted(CcdPROCESSOR_STILL_IDLE)) raise_condition(CcdPROCESSOR_STILL_IDLE);
         if (!_long_idle_raised && now - _idle_since >= long_idle_time() &&

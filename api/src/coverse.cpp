@@ -355,7 +355,8 @@ task<void> machine::send(std::uint32_t pe, message msg) {
     check_not_lost(pe, "a send to it");
     const int h = msg.handler();
     if (message_stream* s = stream_for(h); s && s->capacity() > 0) {
-        semaphore& c = credits(h, pe);
+        semaphore& c =
+            pe < s->_credits.size() && s->_credits[pe] ? *s->_credits[pe] : credits(h, pe);
         if (!c.try_acquire())
             co_await waiting_for({wait_kind::credits, pe, static_cast<std::uint64_t>(h),
                                   "a credit of the receiver's stream"},

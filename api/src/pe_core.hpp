@@ -524,7 +524,9 @@ private:
     double _armed_due = -1;            // the timed callback a timer task wakes the loop for
     double _periodic_due = 0;
     double _periodic_next[CcdPERIODIC_LAST - CcdPERIODIC_10ms] = {};  // CcdPERIODIC_10ms..1day
-    double _idle_since = -1;  // when the PE went idle (CcdPROCESSOR_STILL_IDLE, LONG_IDLE)
+    // When the PE went idle (CcdPROCESSOR_STILL_IDLE, LONG_IDLE); -1 busy, -2 idle since a
+    // time not read (no idle callback was registered then).
+    double _idle_since = -1;
     bool _long_idle_raised = false;
 
     std::vector<std::vector<int>> _groups;
