@@ -282,9 +282,6 @@ int pe_core::schedule(int max_msgs, bool poll_only) {
             }
             call_handler(msg);
             ++delivered;
-            // A coroutine stream's handler wakes the task that waits for the message: it runs
-            // now, before the loop looks for the next message, as a handler would have.
-            if (!_deliveries_held) _sched->run_ready_now();
             continue;
         }
         if (poll_only) break;

@@ -145,10 +145,6 @@ public:
     /// expired timers, the reactor, the pollers, and deliveries when not nested.
     /// Returns whether anything ran.
     bool run_once();
-    /// Runs the ready tasks now (up to the quota), nothing else: for a loop that just made
-    /// some ready (a message that woke the task waiting for it) and resumes them before its
-    /// next turn. Returns whether any ran.
-    bool run_ready_now() { return !_ready.empty() && run_ready(); }
     /// Runs the loop (idle policy included) until `done()` is true.
     template <class Pred>
     void run_until(Pred done) {
