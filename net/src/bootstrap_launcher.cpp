@@ -283,6 +283,10 @@ private:
     void begin_stop(std::string_view why, std::optional<std::uint32_t> aborter = std::nullopt,
                     int stop_signal = SIGTERM);
     void fail(int status) { _status = std::max(_status, status); }
+    /// ON_PEER_LOST=report: tells every other running PE that `dead` died. A PE hears of a
+    /// death through its own connection only if it has one (CONNECT=lazy connects only the
+    /// pairs that talk), so the launcher, which sees every death, says it to all.
+    void tell_lost(const pe_process& dead, const std::string& how);
     void say(std::string_view text);      // "coverse-run: <text>" on stderr
     void verbose(std::string_view text);  // the same, with --verbose only
     std::string pe_name(const pe_process& p) const;
@@ -897,6 +901,7 @@ void launcher::reap() {
             say(pe_name(*p) + " " + wait_text(p->wait_status) +
                 "; ON_PEER_LOST=report: the other PEs go on");
             fail(exit_code_of(p->wait_status));
+            tell_lost(*p, pe_name(*p) + " " + wait_text(p->wait_status));
         } else if (!clean) {
             why = pe_name(*p) + " " + wait_text(p->wait_status);
             say(why);
@@ -907,6 +912,13 @@ void launcher::reap() {
         }
     }
     if (failed) begin_stop(why);
+}
+
+void launcher::tell_lost(const pe_process& dead, const std::string& how) {
+    const auto payload = encode(peer_lost_payload{dead.pe, how});
+    for (pe_process& q : _pes)
+        if (q.running && q.registered && q.conn != nullptr && &q != &dead)
+            send(*q.conn, frame_type::peer_lost, 0, payload);
 }
 
 void launcher::accept_all() {
