@@ -65,7 +65,9 @@ void pe_core::vote_send(std::uint32_t to, internal_handler which, std::uint32_t 
     const vote_body b{wave, _vote.lost, _vote.hash, done ? 1u : 0u, sent, received};
     std::memcpy(static_cast<std::byte*>(m) + CmiMsgHeaderSizeBytes, &b, sizeof b);
     ++_vote_out[to];
-    send(static_cast<int>(to), static_cast<int>(vote_size), m, ownership::take, "ConverseExit");
+    // As the coroutine API's own messages: under ON_PEER_LOST=report a PE that died with it
+    // in flight drops it instead of stopping the job (the vote's view then moves on).
+    send_for_api(to, m);
 }
 
 void pe_core::vote_step() {

@@ -495,6 +495,7 @@ void pe_core::lose_peer(std::uint32_t pe, const std::string& why) {
     std::memcpy(static_cast<std::byte*>(notice) + CmiMsgHeaderSizeBytes, &pe, sizeof pe);
     _net_queue.push_back(notice);
     _slot_waiters.notify_all();  // sends to it waiting for a handle slot fail now
+    vote_step();                 // ConverseExit's vote goes on without it
     _sched->end_turn();
 }
 
