@@ -173,6 +173,9 @@ struct launch_options {
     /// Default CONNECTION_TIMEOUT (coverse-run passes net::connection_timeout_from_env()).
     std::chrono::milliseconds register_timeout{300000};
     bool verbose = false;
+    /// --timings: at the end, one line with the phases of the job's life as the launcher
+    /// saw them (every PE started, every PE registered, the first and the last exit).
+    bool timings = false;
     std::vector<std::pair<std::string, std::string>> extra_env;  // set in every PE
     /// The setting the registration-timeout error tells the user to raise.
     std::string timeout_setting = "CONNECTION_TIMEOUT";
