@@ -114,6 +114,16 @@ decode_error check_exact(std::span<const std::byte> bytes, std::size_t size,
     return {};
 }
 
+// A payload of a fixed prefix and a variable rest (text, a blob).
+decode_error check_at_least(std::span<const std::byte> bytes, std::size_t prefix,
+                            frame_type type) noexcept {
+    if (bytes.size() < prefix) {
+        return fail(decode_status::payload_length_mismatch, type, "payload_length", bytes.size(),
+                    prefix);
+    }
+    return {};
+}
+
 }  // namespace
 
 std::string_view frame_type_name(frame_type type) noexcept {
@@ -556,11 +566,7 @@ std::vector<std::byte> encode(const rdma_address_payload& v) {
 decoded<rdma_address_payload> decode_rdma_address(std::span<const std::byte> b) noexcept {
     decoded<rdma_address_payload> r;
     constexpr auto type = frame_type::rdma_address;
-    if (b.size() < rdma_address_payload::wire_size) {
-        r.error = fail(decode_status::payload_length_mismatch, type, "payload_length", b.size(),
-                       rdma_address_payload::wire_size);
-        return r;
-    }
+    if ((r.error = check_at_least(b, rdma_address_payload::wire_size, type))) return r;
     r.value.stage = load_le<std::uint32_t>(b.data());
     r.value.provider = load_le<std::uint32_t>(b.data() + 4);
     r.value.blob = b.subspan(rdma_address_payload::wire_size);
@@ -818,11 +824,7 @@ decoded<peer_lost_payload> decode_peer_lost(std::span<const std::byte> b,
                                             const decode_limits& limits) noexcept {
     decoded<peer_lost_payload> r;
     constexpr auto type = frame_type::peer_lost;
-    if (b.size() < peer_lost_payload::wire_size) {
-        r.error = fail(decode_status::payload_length_mismatch, type, "payload_length", b.size(),
-                       peer_lost_payload::wire_size);
-        return r;
-    }
+    if ((r.error = check_at_least(b, peer_lost_payload::wire_size, type))) return r;
     r.value.pe = load_le<std::uint32_t>(b.data() + peer_lost_off::pe);
     const auto reserved = load_le<std::uint32_t>(b.data() + peer_lost_off::reserved);
     r.value.text = std::string_view(reinterpret_cast<const char*>(b.data()) + peer_lost_off::text,
