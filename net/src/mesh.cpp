@@ -528,6 +528,10 @@ task<void> mesh::accept_lazily(std::unique_ptr<stream> s) {
             fail(c, "answering the hello of " + c->name + " failed: " + errno_text(sent));
         co_return;
     }
+    if (c->failed) {  // the launcher said it died while we answered
+        co_await s->close();
+        co_return;
+    }
     c->dialed = false;
     attach(c, std::move(s), std::move(reader), std::move(early));
     start(c);
