@@ -3,13 +3,15 @@
 # (start, barrier, exit: tests/startup/barrier_exit.c, and tools/bench/mpi_barrier_exit.c
 # for Open MPI) on N = 2 ... 256 PEs of this host, R repetitions (default 3), and in each
 # repetition every job size and every implementation once, in an order that rotates:
-#   lazy    coverse-run --timings -n N startup_barrier_exit -rss   (CONNECT=lazy, the default)
+#   lazy    coverse-run --timings -n N startup_barrier_exit -rss -times   (CONNECT=lazy)
 #   eager   the same with ++set CONNECT=eager (every pair at start-up)
-#   mpirun  mpirun --oversubscribe -np N mpi_barrier_exit -rss     (Open MPI's defaults)
+#   mpirun  mpirun --oversubscribe -np N mpi_barrier_exit -rss -times (Open MPI's defaults)
 # Each run gives its wall time (the launcher's start to its exit), each process's peak RSS
-# (VmHWM, printed by the program: the mean over the job's processes), and for coverse the
-# launcher's phases (--timings: every PE started, every PE registered, first and last exit).
-# The table shows medians over the repetitions. A run that fails or exceeds --timeout is
+# (VmHWM, printed by the program: the mean over the job's processes), when PE 0 was done
+# starting and when it passed the barrier (from the program's -times, against the launch),
+# and for coverse the launcher's phases (--timings: every PE started, every PE registered,
+# the first exit). Two tables of medians over the repetitions: the three side by side, and
+# the phases of each. A run that fails or exceeds --timeout is
 # left out and said on stderr; an implementation whose tool is missing is skipped with why.
 #
 # Usage: scripts/bench-startup.sh [options]
@@ -103,14 +105,14 @@ fi
 
 now() { date +%s.%N; }
 
-# one IMPL N REP: runs one job, appends its line to $out:
-#   rep impl pes seconds rss_kib_mean started registered first_end last_end
+# one IMPL N REP: runs one job, appends its line to $out (- where a column does not apply):
+#   rep impl pes seconds rss_kib_mean started registered pe0_started barrier first_end
 one() {
     local impl=$1 n=$2 rep=$3 log=$work/log cmd t0 t1 rc=0
     case "$impl" in
-    lazy) cmd=("$run" --timings -n "$n" "$prog" -rss) ;;
-    eager) cmd=("$run" --timings -n "$n" "$prog" -rss ++set CONNECT=eager) ;;
-    mpirun) cmd=(mpirun "${mpi_root[@]}" --oversubscribe -np "$n" "$mpi_prog" -rss) ;;
+    lazy) cmd=("$run" --timings -n "$n" "$prog" -rss -times) ;;
+    eager) cmd=("$run" --timings -n "$n" "$prog" -rss -times ++set CONNECT=eager) ;;
+    mpirun) cmd=(mpirun "${mpi_root[@]}" --oversubscribe -np "$n" "$mpi_prog" -rss -times) ;;
     esac
     t0=$(now)
     # Its own process group, so a run that times out takes every PE with it.
@@ -123,15 +125,21 @@ one() {
         note "$impl on $n PEs (repetition $rep) failed (status $rc): $(grep -v 'peak RSS' "$log" | tail -3 | tr '\n' ' ')"
         return 0
     fi
-    local rss phases
+    local rss launcher pe0
     rss=$(sed -n 's/.*barrier_exit: PE [0-9]* peak RSS \([0-9]*\) KiB.*/\1/p' "$log" |
         awk -v n="$n" '{ s += $1; c++ } END { if (c == n) printf "%.0f", s / c; else print "-" }')
-    phases=$(sed -n 's/^coverse-run: timings: .* started by \([0-9.]*\) s, registered by \([0-9.]*\) s; the first ended at \([0-9.]*\) s, the last at \([0-9.]*\) s$/\1 \2 \3 \4/p' "$log")
-    [ -n "$phases" ] || phases="- - - -"
-    echo "$rep $impl $n $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') $rss $phases" >>"$out"
+    # started registered first_end, from the launcher (coverse only)
+    launcher=$(sed -n 's/^coverse-run: timings: .* started by \([0-9.]*\) s, registered by \([0-9.]*\) s; the first ended at \([0-9.]*\) s, .*/\1 \2 \3/p' "$log")
+    set -- ${launcher:-- - -}
+    local started=$1 registered=$2 first_end=$3
+    # PE 0's start-up done and barrier passed, against the launch
+    pe0=$(sed -n 's/.*barrier_exit: PE 0 started at \([0-9.]*\), passed the barrier at \([0-9.]*\).*/\1 \2/p' "$log" |
+        awk -v t0="$t0" '{ printf "%.3f %.3f", $1 - t0, $2 - t0 }')
+    set -- ${pe0:-- -}
+    echo "$rep $impl $n $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') $rss $started $registered $1 $2 $first_end" >>"$out"
 }
 
-echo "# rep impl pes seconds rss_kib_mean started_s registered_s first_end_s last_end_s" >"$out"
+echo "# rep impl pes seconds rss_kib_mean started_s registered_s pe0_started_s barrier_s first_end_s" >"$out"
 note "$reps repetitions of ${impls[*]} on ${pes[*]} PEs; raw results in $out"
 for ((rep = 1; rep <= reps; ++rep)); do
     # Rotate the implementations each repetition, so none always runs on a warmer machine.
@@ -150,34 +158,46 @@ for ((rep = 1; rep <= reps; ++rep)); do
     note "repetition $rep of $reps done"
 done
 
-# The table: medians over the repetitions.
+# The tables: medians over the repetitions.
 awk '
     /^#/ { next }
-    { key = $3 " " $2; secs[key] = secs[key] " " $4; rss[key] = rss[key] " " $5
-      reg[key] = reg[key] " " $7; seen[$3] = 1; impl[$2] = 1 }
-    function median(list,    a, n, i, j, t) {
+    { key = $3 " " $2; seen[$3] = 1
+      for (c = 4; c <= 10; ++c) col[key, c] = col[key, c] " " $c }
+    function median(list,    a, b, n, m, i, j, t) {
         n = split(list, a, " "); m = 0
         for (i = 1; i <= n; ++i) if (a[i] != "-") b[++m] = a[i] + 0
         if (m == 0) return "-"
         for (i = 1; i <= m; ++i) for (j = i + 1; j <= m; ++j) if (b[j] < b[i]) { t = b[i]; b[i] = b[j]; b[j] = t }
         return (m % 2) ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2
     }
-    function cell(v, fmt) { return v == "-" ? "-" : sprintf(fmt, v) }
+    function cell(key, c, scale,    v) {
+        v = median(col[key, c])
+        return v == "-" ? "-" : sprintf(scale ? "%.1f" : "%.2f", scale ? v / scale : v)
+    }
     END {
-        printf "| PEs | lazy s | lazy registered s | lazy RSS/PE MiB | eager s | eager registered s | eager RSS/PE MiB | mpirun s | mpirun RSS/PE MiB |\n"
-        printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         n = 0; for (p in seen) ps[++n] = p + 0
         for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (ps[j] < ps[i]) { t = ps[i]; ps[i] = ps[j]; ps[j] = t }
+        split("lazy eager mpirun", names, " ")
+        print "Start, barrier, exit: seconds from the launch to the launcher'"'"'s exit, and peak RSS per process (MiB)"
+        print ""
+        print "| PEs | coverse lazy s | coverse eager s | mpirun s | lazy MiB/PE | eager MiB/PE | mpirun MiB/PE |"
+        print "|---:|---:|---:|---:|---:|---:|---:|"
         for (i = 1; i <= n; ++i) {
-            p = ps[i]; line = "| " p
-            split("lazy eager mpirun", names, " ")
-            for (k = 1; k <= 3; ++k) {
-                key = p " " names[k]
-                s = median(secs[key]); r = median(rss[key]); g = median(reg[key])
-                line = line " | " cell(s, "%.2f")
-                if (names[k] != "mpirun") line = line " | " cell(g, "%.2f")
-                line = line " | " cell(r == "-" ? "-" : r / 1024, "%.1f")
-            }
+            line = "| " ps[i]
+            for (k = 1; k <= 3; ++k) line = line " | " cell(ps[i] " " names[k], 4, 0)
+            for (k = 1; k <= 3; ++k) line = line " | " cell(ps[i] " " names[k], 5, 1024)
             print line " |"
         }
+        print ""
+        print "Phases, seconds from the launch: every PE started and registered (coverse-run --timings), PE 0 done starting and past the barrier (the program), the first exit (coverse-run), the end"
+        print ""
+        print "| PEs | run | all started | all registered | PE 0 started | barrier passed | first exit | end |"
+        print "|---:|---|---:|---:|---:|---:|---:|---:|"
+        for (i = 1; i <= n; ++i)
+            for (k = 1; k <= 3; ++k) {
+                key = ps[i] " " names[k]
+                if (median(col[key, 4]) == "-") continue
+                print "| " ps[i] " | " names[k] " | " cell(key, 6, 0) " | " cell(key, 7, 0) " | " \
+                    cell(key, 8, 0) " | " cell(key, 9, 0) " | " cell(key, 10, 0) " | " cell(key, 4, 0) " |"
+            }
     }' "$out"
