@@ -4,6 +4,18 @@
 # shared-memory paths as MEASURED.md compares them. Callers run from the repository root
 # with `set -euo pipefail`.
 
+# bench_cli NAME: defines, for the calling script, usage (its header comment, up to the
+# `set -euo` line), die (NAME: message on stderr, exit 1) and note (NAME: message on stderr).
+bench_cli() {
+    bench_cli_name=$1
+    usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+    die() {
+        echo "$bench_cli_name: $*" >&2
+        exit 1
+    }
+    note() { echo "$bench_cli_name: $*" >&2; }
+}
+
 # bench_install_mpi PREFIX: installs Debian's Open MPI (mpirun, mpicc) unless mpirun exists.
 bench_install_mpi() {
     command -v mpirun >/dev/null && command -v mpicc >/dev/null && return 0

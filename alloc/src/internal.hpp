@@ -49,7 +49,7 @@ inline void unpoison(void* address, std::size_t length) noexcept {
 // Leak tracking: -1 not read from the config yet, 0 off, 1 on. Read on every allocation, so it
 // is one relaxed byte load rather than a call.
 extern std::atomic<int> leak_tracking_state;
-void set_leak_tracking(bool on);  // config.cpp, with the config lock held
+void set_leak_tracking(bool on);                         // config.cpp, with the config lock held
 void set_large_cache_limit(std::size_t bytes) noexcept;  // likewise (message.cpp)
 bool leak_tracking_enabled() noexcept;
 
@@ -78,6 +78,9 @@ private:
         _live_bytes -= chunk->size;
     }
     bool grow(std::size_t entries) noexcept;
+    /// Links the next entries of the newest slab into the free list (refill, when it is
+    /// empty): a slab's pages are touched as entries are needed, not when it is made.
+    void carve() noexcept;
     std::size_t stride() const noexcept { return sizeof(chunk_header) + _capacity; }
 
     // The two live counters are kept apart on purpose: side by side, GCC fuses their updates
@@ -91,6 +94,8 @@ private:
     std::size_t _capacity = 0;
     std::size_t _entries = 0;
     std::vector<slab> _slabs;
+    std::byte* _carve = nullptr;  // the newest slab's first entry not yet on the free list
+    std::size_t _carve_left = 0;  // entries from there to the slab's end
 };
 
 // A thread's pool: five buckets plus the list other threads push freed entries onto.

@@ -103,6 +103,12 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
     }
     if (m.core().is_lost(pe)) throw peer_lost(pe, std::string("a one-sided ") + what);
     rdma::layer* l = m.core().rdma();
+    // CONNECT=lazy: the provider that reaches `pe` is known once the pair is set up.
+    if (l && !l->ready(pe)) {
+        co_await waiting_for({wait_kind::connect, pe, 0, "lazy connect: the one-sided set-up"},
+                             l->until_ready(pe));
+        if (m.core().is_lost(pe)) throw peer_lost(pe, std::string("a one-sided ") + what);
+    }
     rdma::provider* p = l ? rdma::provider_to(*l, pe) : nullptr;
     const std::string op = std::string("coverse::machine::") + what + (is_get ? " from" : " to") +
                            " PE " + std::to_string(pe);

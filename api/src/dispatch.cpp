@@ -36,7 +36,8 @@ task<void> pe_core::receive_loop() {
         }
         if (!failure.empty()) {
             if (_shut_down) co_return;
-            peer_lost("PE " + std::to_string(_pe) + ": " + failure);
+            peer_lost(_loss_text.empty() ? "PE " + std::to_string(_pe) + ": " + failure
+                                         : _loss_text);
         }
         if (!r) break;
         on_frame(std::move(*r));
@@ -59,6 +60,16 @@ void pe_core::on_frame(net::received r) {
         case net::frame_type::cluster_mapping:
             on_latency_frame(r.from, r.frame);
             return;
+        case net::frame_type::abort: {
+            // A PE that stops the job without coverse-run tells the PEs it is connected to
+            // (pe_core::relay_abort): stop too, saying why.
+            net::decode_limits lim;
+            lim.num_pes = _num_pes;
+            const auto d = net::decode_abort(r.frame.payload_bytes(), lim);
+            fatal("PE " + std::to_string(_pe) + " lost PE " + std::to_string(r.from) +
+                  ": it stopped the job: " +
+                  (d.ok() ? std::string(d.value.text) : std::string("(unreadable reason)")));
+        }
         default:
             print("coverse: PE " + std::to_string(_pe) + " ignored a " +
                       std::string(net::frame_type_name(h.type)) + " frame from PE " +
@@ -124,7 +135,7 @@ void pe_core::accept_message_slow(std::uint32_t from, void* msg, std::uint32_t s
         alloc::msg_free(fwd);
     }
     trace_receive(msg, from, size);
-    if (take_barrier_message(msg, from)) {
+    if (take_barrier_message(msg, from) || take_exit_message(msg, from)) {
         if (header_of(msg)->flags & header_flag_traced_receive) {  // consumed here: closed
             const auto id = receive_trace_id(header_of(msg)->reserved);
             trace::emit(trace::kind::handle_completed, id);

@@ -191,6 +191,8 @@ void pe_doctor::shared::answer(std::uint32_t tag, net::state_want want) {
             s.handles_total = snap->handles_total;
             s.handles = std::move(snap->handles);
             s.barrier_epoch = snap->barrier_epoch;
+            s.connect = std::move(snap->connect);
+            s.links = std::move(snap->links);
         } else {
             s.note =
                 "its scheduler did not take the state request within 0.3 s: busy in a "
@@ -332,6 +334,11 @@ void pe_core::fill_state(net::doctor::pe_state& s) {
     for (int p = 0; p < 5; ++p)
         if (by_protocol[p]) s.handles.push_back({protocol_names[p], by_protocol[p]});
     s.barrier_epoch = _barrier_epoch;
+    if (_mesh) {
+        s.connect = _lazy ? "lazy" : "eager";
+        for (const net::link_info& l : _mesh->links())
+            s.links.push_back({l.pe, net::to_string(l.state), l.lazily, l.dialed, l.up_at});
+    }
 }
 
 }  // namespace coverse::detail

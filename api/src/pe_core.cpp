@@ -5,6 +5,7 @@
 
 #include "compat.hpp"
 
+#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <coverse/alloc/config.hpp>
 #include <coverse/alloc/message.hpp>
 #include <coverse/net/interfaces.hpp>
+#include <coverse/runtime/io.hpp>
 #include <coverse/runtime/settings.hpp>
 #include <coverse/runtime/sync_wait.hpp>
 #include <coverse/runtime/timer.hpp>
@@ -150,6 +152,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     _broadcast_tree = settings::enabled("BROADCAST_TREE");
     _report_lost = settings::text("ON_PEER_LOST") == "report";
     _layer_cfg = rdma::layer_config::from_settings();
+    _lazy = _layer_cfg.lazy;
     _small_boundary = _layer_cfg.small_boundary;
     _medium_boundary = _layer_cfg.medium_boundary;
     const std::size_t max_handles = std::max<std::size_t>(1, settings::count("MAXIMUM_HANDLES"));
@@ -230,6 +233,8 @@ void pe_core::start_networked(const net::launch_info& info) {
     // its barrier (a faster PE's start function already sends).
     _send_seq.assign(_num_pes, 0);
     _recv_seq.assign(_num_pes, 0);
+    _vote_out.assign(_num_pes, 0);
+    _vote_in.assign(_num_pes, 0);
     const std::string starter = _startup ? _startup->name() : "the launcher";
     if (_opts.num_pes_flag && _opts.num_pes_flag != _num_pes)
         throw std::runtime_error("coverse: PE " + std::to_string(_pe) + ": +p" +
@@ -307,21 +312,25 @@ void pe_core::start_networked(const net::launch_info& info) {
             "this host: " +
             net::interface_setting_text() + "; see docs/hosts.md)";
     cfg.peer_failure_ends_receive = !_report_lost;
+    cfg.connect = _lazy ? net::connect_mode::lazy : net::connect_mode::eager;
     _mesh = std::make_unique<net::mesh>(*_backend, std::move(l.value), std::move(cfg));
     _rdma->attach(*_mesh);
     _mesh->on_peer_failure([this](std::uint32_t pe, const std::string& why) {
-        if (_rdma) _rdma->peer_lost(pe);
-        if (_shut_down) return;
-        if (_report_lost) {
+        // Said before the layer fails what waits for that PE: a failed send may stop the job
+        // at once, and this is the text that names the cause.
+        if (_shut_down) {
+        } else if (_report_lost) {
             lose_peer(pe, why);
-            return;
+        } else {
+            std::string text = "PE " + std::to_string(_pe) + " lost PE " + std::to_string(pe) +
+                               ": " + why + "; stopping the job";
+            if (_loss_text.empty()) _loss_text = text;  // what the job stops with
+            if (_launcher)
+                _launcher->error(text + "\n");
+            else
+                std::fprintf(stderr, "coverse: %s\n", text.c_str());
         }
-        std::string text = "PE " + std::to_string(_pe) + " lost PE " + std::to_string(pe) + ": " +
-                           why + "; stopping the job";
-        if (_launcher)
-            _launcher->error(text + "\n");
-        else
-            std::fprintf(stderr, "coverse: %s\n", text.c_str());
+        if (_rdma) _rdma->peer_lost(pe);
     });
     if (_num_pes > 1) {
         trace::emit(trace::kind::phase_begin, 2);
@@ -334,7 +343,7 @@ void pe_core::start_networked(const net::launch_info& info) {
             peers.push_back(rdma::peer_info{e.machine_id});
         _rdma->connect(peers);
         if (_opts.verbose && _pe == 0) print("coverse: protocols\n" + _rdma->describe(), true);
-        if (_opts.verbose) {
+        if (_opts.verbose && !_lazy) {
             std::string paths;
             for (std::uint32_t p = 0; p < _num_pes; ++p)
                 if (p != _pe)
@@ -342,7 +351,53 @@ void pe_core::start_networked(const net::launch_info& info) {
                              ": " + _rdma->path_to(p) + "\n";
             print(paths, true);
         }
+        // Lazy: a PE hears of a death through its own connections only; under report the
+        // launcher tells every PE (peer_lost notices on the control connection).
+        if (_lazy && _report_lost && _launcher)
+            _sched->spawn(watch_launcher(this), "launcher notices");
     }
+}
+
+// ++verbose under CONNECT=lazy: one line per peer once the pair is set up, as eager prints
+// them all at start-up, saying who dialed.
+void pe_core::on_peer_ready(std::uint32_t pe) {
+    if (_opts.verbose && _lazy) print_path(pe);
+}
+
+void pe_core::print_path(std::uint32_t pe) {
+    std::string how;
+    for (const net::link_info& l : _mesh->links())
+        if (l.pe == pe)
+            how = std::string("; connected on first use, dialed by PE ") +
+                  std::to_string(l.dialed ? _pe : pe);
+    print("coverse: PE " + std::to_string(_pe) + " -> PE " + std::to_string(pe) + ": " +
+              _rdma->path_to(pe) + how + "\n",
+          true);
+}
+
+task<void> pe_core::watch_launcher(pe_core* self) {
+    const int fd = self->_launcher->fd();
+    for (;;) {
+        int r = -ENOSYS;
+        try {
+            r = co_await poll_fd(fd, POLLIN);
+            if (r == -ECANCELED) co_return;
+            // Without a ring (the Asio backend) look every 50 ms instead.
+            if (r == -ENOSYS) co_await sleep_for(std::chrono::milliseconds(50));
+        } catch (const cancelled_error&) {
+            co_return;
+        }
+        for (const auto& n : self->_launcher->take_notices())
+            self->on_launcher_notice(n.pe, n.text);
+        if (self->_launcher->closed()) co_return;
+    }
+}
+
+void pe_core::on_launcher_notice(std::uint32_t pe, const std::string& text) {
+    if (_shut_down || pe >= _num_pes || pe == _pe || is_lost(pe)) return;
+    // The mesh says it as a failure of that peer (at once when we have no connection to it;
+    // else after what the PE sent before it died), which lose_peer() turns into peer_lost.
+    if (_mesh) _mesh->peer_gone(pe, text + " (the launcher saw it end)");
 }
 
 pe_core::data_address pe_core::choose_data_address(const net::launch_info& info) const {
@@ -440,6 +495,7 @@ void pe_core::lose_peer(std::uint32_t pe, const std::string& why) {
     std::memcpy(static_cast<std::byte*>(notice) + CmiMsgHeaderSizeBytes, &pe, sizeof pe);
     _net_queue.push_back(notice);
     _slot_waiters.notify_all();  // sends to it waiting for a handle slot fail now
+    vote_step();                 // ConverseExit's vote goes on without it
     _sched->end_turn();
 }
 
@@ -493,6 +549,13 @@ std::optional<std::string> pe_core::read_line() {
 [[noreturn]] void pe_core::abort_job(const std::string& text) {
     std::fflush(stdout);
     if (_trace) _trace->flush();  // what led to the abort is what the trace is for
+    // Without coverse-run nobody stops the others (PMIx, the CRM): tell the PEs we are
+    // connected to, which stop and tell theirs in turn. Under CONNECT=lazy the others are not
+    // connected to us and would only see the PE that told them go.
+    if (!_launcher) relay_abort(text);
+    // Its shared-memory names go now: under CONNECT=lazy the doorbell stays named while the
+    // PE runs (a peer may still come), and without coverse-run nobody removes it later.
+    if (_rdma) _rdma->unlink_names();
     if (_launcher) {
         _launcher->abort(1, text);
     } else if (_startup) {
@@ -502,6 +565,32 @@ std::optional<std::string> pe_core::read_line() {
     }
     std::fflush(nullptr);
     std::_Exit(1);
+}
+
+void pe_core::relay_abort(const std::string& text) {
+    static bool relaying = false;  // an abort while relaying one: the first is enough
+    if (relaying || !_mesh || _shut_down || _num_pes < 2) return;
+    relaying = true;
+    const auto payload = net::encode(net::abort_payload{1, _pe, text});
+    net::frame_header h;
+    h.type = net::frame_type::abort;
+    std::size_t posted = 0, done = 0;
+    for (const net::link_info& l : _mesh->links())
+        if (l.state == net::connection_state::connected &&
+            _mesh->post(
+                l.pe, h, payload, [](void* ctx, int) { ++*static_cast<std::size_t*>(ctx); },
+                &done) == 0)
+            ++posted;
+    if (posted == 0) return;
+    // A short while for the frames to leave (nested progress: handlers do not run).
+    bool expired = false;
+    timer_node deadline;
+    deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
+    deadline.context = &expired;
+    deadline.deadline = clock::now() + std::chrono::milliseconds(300);
+    _sched->add_timer(deadline);
+    _sched->run_until([&] { return done == posted || expired; });
+    if (deadline.armed()) _sched->cancel_timer(deadline);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -517,6 +606,23 @@ void pe_core::shutdown() {
         _sched->run_until([&] { return _sends_in_flight == 0; });
     }
     if (_rdma) _rdma->drain();
+    if (_lazy && _mesh && _num_pes > 1) {
+        // No disconnect handshake with every PE: agree over the tree that the job is over
+        // and nothing is in flight, then the handshake with the peers we are connected to.
+        exit_vote();
+        _sched->run_until([&] { return _sends_in_flight == 0; });  // the verdicts
+        _rdma->drain();
+    }
+    if (_mesh && _opts.verbose && _num_pes > 1) {
+        std::uint32_t dialed = 0, accepted = 0;
+        for (const net::link_info& l : _mesh->links())
+            if (l.state != net::connection_state::error) ++(l.dialed ? dialed : accepted);
+        print("coverse: PE " + std::to_string(_pe) + ": " + std::to_string(dialed + accepted) +
+                  " connections at exit (" + std::to_string(dialed) + " dialed, " +
+                  std::to_string(accepted) + " accepted; CONNECT=" + (_lazy ? "lazy" : "eager") +
+                  ")\n",
+              true);
+    }
     if (_rdma && _opts.verbose) {
         const auto e = _rdma->eager_stats();
         if (e.opened || e.sends || e.receives || e.refused)

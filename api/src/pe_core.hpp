@@ -71,6 +71,8 @@ enum class internal_handler : std::uint32_t {
     stream_credit,     // coroutine API: a receiver returns credits of a bounded stream
     coro_collective,   // coroutine API: a typed collective's message (coro_collectives.cpp)
     peer_lost_notice,  // ON_PEER_LOST=report: a PE was lost (posted locally, never sent)
+    exit_report,       // exit vote (CONNECT=lazy), up: a subtree's counts; consumed on arrival
+    exit_verdict,      // exit vote, down: done, or the next wave
 };
 
 /// What a pup_er points at: coverse sizes and packs (reductions of structs), never unpacks.
@@ -272,7 +274,9 @@ public:
     void fill_state(net::doctor::pe_state& s);
 
     // ---- exit ------------------------------------------------------------------------------
-    /// Finishes every pending send, runs the disconnect handshake, closes everything.
+    /// Finishes every pending send; under CONNECT=lazy agrees on the exit with every live PE
+    /// (exit_vote.cpp); runs the disconnect handshake with each connected peer, closes
+    /// everything.
     void shutdown();
 
     /// The rdma layer (nullptr on a single PE or before start-up).
@@ -352,6 +356,19 @@ private:
     bool grid_jumps(std::uint32_t from, void* msg, std::uint32_t size) const;
     void send_barrier_message(std::uint32_t to, internal_handler which, std::uint32_t epoch);
     bool take_barrier_message(void* msg, std::uint32_t from);
+    // The exit vote (exit_vote.cpp).
+    void exit_vote();
+    bool take_exit_message(void* msg, std::uint32_t from);
+    void vote_step();
+    void vote_send(std::uint32_t to, internal_handler which, std::uint32_t wave, bool done,
+                   std::uint64_t sent, std::uint64_t received);
+    /// Messages to and from live peers, the vote's own left out.
+    std::pair<std::uint64_t, std::uint64_t> vote_counts() const;
+    // Lazy connections: ++verbose, the launcher's notices (pe_core.cpp).
+    void on_peer_ready(std::uint32_t pe) override;
+    void print_path(std::uint32_t pe);
+    static task<void> watch_launcher(pe_core* self);
+    void on_launcher_notice(std::uint32_t pe, const std::string& text);
 
     std::uint32_t acquire_slot(const char* caller);
     task<void> wait_for_slot();
@@ -431,6 +448,9 @@ private:
     reduction& reduction_for(std::uint32_t seq);
     [[noreturn]] void fatal(const std::string& text);
     [[noreturn]] void peer_lost(const std::string& text);
+    /// abort_job without a launcher: the connected PEs hear why (an abort frame), briefly.
+    void relay_abort(const std::string& text);
+    std::string _loss_text;  // "PE 1 lost PE 3: ..." of the first loss that stops the job
 
     static pe_core* _instance;
 
@@ -532,10 +552,29 @@ private:
     std::vector<std::vector<int>> _groups;
 
     bool _receiving = false;
+    bool _lazy = false;         // CONNECT=lazy
     bool _report_lost = false;  // ON_PEER_LOST=report
     std::vector<bool> _lost;    // by PE, report mode
     std::optional<std::uint32_t> _first_lost;
     std::vector<std::uint32_t> _lost_order;
+    /// The exit vote of this PE (exit_vote.cpp): waves of counts up the tree of the live
+    /// PEs and verdicts down, until two waves in a row find nothing in flight.
+    struct exit_vote_state {
+        struct report {
+            std::uint32_t from, wave, lost, hash;
+            std::uint64_t sent, received;
+        };
+        bool active = false;  // this PE is in ConverseExit, its own sends done
+        bool done = false;
+        bool reported = false;  // our report of `wave` went up (the root: it decided)
+        std::uint32_t wave = 1;
+        std::uint32_t lost = 0xFFFF'FFFFu, hash = 0;  // the view: PEs lost, a hash of which
+        int parent = -1;                              // in the view's tree; -1: the root
+        std::vector<std::uint32_t> children;
+        std::optional<std::pair<std::uint64_t, std::uint64_t>> previous;  // root: last wave
+        std::vector<report> reports;  // the children's, of any view (may come before we vote)
+    } _vote;
+    std::vector<std::uint64_t> _vote_out, _vote_in;  // vote messages by peer
     bool _api_send = false;  // start_send is opening the handle (handle_slot::api)
     bool _shut_down = false;
     pe_activity _activity;               // hot-path counters for the hang report

@@ -140,10 +140,13 @@ void pe_core::frame_done(frame_ticket& t, int result) {
     // sees the PE lost); anything else still stops the job.
     const bool reported = _report_lost && !forward && _slots[slot].api;
     if (result < 0 && !_shut_down && !reported)
-        peer_lost(
-            "PE " + std::to_string(_pe) + " could not send a message to PE " +
-            std::to_string(dest) + ": " + std::strerror(-result) +
-            (result == -ENOTCONN || result == -EPIPE ? " (that PE has exited or failed)" : ""));
+        peer_lost(!_loss_text.empty()  // the loss that failed it, said when it was found
+                      ? _loss_text
+                      : "PE " + std::to_string(_pe) + " could not send a message to PE " +
+                            std::to_string(dest) + ": " + std::strerror(-result) +
+                            (result == -ENOTCONN || result == -EPIPE
+                                 ? " (that PE has exited or failed)"
+                                 : ""));
     if (forward) {  // a broadcast forward: drop its reference to the buffer
         alloc::msg_free(forward);
         --_sends_in_flight;

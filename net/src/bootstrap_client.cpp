@@ -341,23 +341,8 @@ std::optional<frame> launcher_client::receive(clock::time_point deadline,
         return bootstrap_error(m);
     };
     for (;;) {
-        if (_inbox_used < _inbox.size()) {
-            _inbox_used +=
-                _reader.feed(std::span(_inbox).subspan(_inbox_used, _inbox.size() - _inbox_used));
-        }
-        if (_reader.has_frame()) {
-            frame f = _reader.take_frame();
-            if (f.header.source_pe != launcher_pe) {
-                throw bootstrap_error(
-                    "coverse: " + who + ": " + launcher_name() + " sent a '" +
-                    std::string(frame_type_name(f.header.type)) + "' frame from PE " +
-                    std::to_string(f.header.source_pe) +
-                    " instead of the launcher's id; COVERSE_LAUNCHER does not point at a "
-                    "coverse launcher");
-            }
-            return f;
-        }
-        if (_reader.failed()) throw bootstrap_error(describe(_reader.error(), launcher_name()));
+        if (auto f = buffered_frame()) return f;
+        if (_eof) throw lost("the connection was closed");
         if (_fd < 0) throw lost("the connection is closed");
 
         int wait_ms = -1;
@@ -382,6 +367,61 @@ std::optional<frame> launcher_client::receive(clock::time_point deadline,
         _inbox.resize(static_cast<std::size_t>(n));
         if (n == 0) throw lost("the connection was closed");
     }
+}
+
+std::optional<frame> launcher_client::buffered_frame() {
+    if (!_pending.empty()) {
+        frame f = std::move(_pending.front());
+        _pending.erase(_pending.begin());
+        return f;
+    }
+    for (;;) {
+        if (_inbox_used < _inbox.size()) {
+            _inbox_used +=
+                _reader.feed(std::span(_inbox).subspan(_inbox_used, _inbox.size() - _inbox_used));
+        }
+        if (!_reader.has_frame()) break;
+        frame f = _reader.take_frame();
+        if (f.header.source_pe != launcher_pe) {
+            throw bootstrap_error(
+                "coverse: PE " + std::to_string(_info.pe) + ": " + launcher_name() + " sent a '" +
+                std::string(frame_type_name(f.header.type)) + "' frame from PE " +
+                std::to_string(f.header.source_pe) +
+                " instead of the launcher's id; COVERSE_LAUNCHER does not point at a "
+                "coverse launcher");
+        }
+        if (f.header.type != frame_type::peer_lost) return f;
+        // A notice can come between any two frames; it is not what anyone waits for here.
+        const auto d = decode_peer_lost(f.payload_bytes(), _reader.limits());
+        if (d.ok()) _notices.push_back(notice{d.value.pe, std::string(d.value.text)});
+    }
+    if (_reader.failed()) throw bootstrap_error(describe(_reader.error(), launcher_name()));
+    return std::nullopt;
+}
+
+std::vector<launcher_client::notice> launcher_client::take_notices() {
+    std::unique_lock read(_read_lock, std::try_to_lock);
+    if (!read.owns_lock()) return {};
+    try {
+        for (;;) {
+            while (auto f = buffered_frame())
+                _pending.push_back(std::move(*f));
+            if (_fd < 0 || _eof) break;
+            _inbox.resize(64 * 1024);
+            _inbox_used = 0;
+            const ssize_t n = ::recv(_fd, _inbox.data(), _inbox.size(), MSG_DONTWAIT);
+            if (n < 0) {
+                _inbox.clear();
+                if (errno == EINTR) continue;
+                break;  // EAGAIN: all read; an error: the next blocking read reports it
+            }
+            _inbox.resize(static_cast<std::size_t>(n));
+            if (n == 0) _eof = true;
+        }
+    } catch (const bootstrap_error&) {
+        // Bytes that are not the launcher's protocol: the next blocking read reports them.
+    }
+    return std::exchange(_notices, {});
 }
 
 std::vector<node_entry> launcher_client::register_node(std::uint16_t data_port,

@@ -283,6 +283,10 @@ private:
     void begin_stop(std::string_view why, std::optional<std::uint32_t> aborter = std::nullopt,
                     int stop_signal = SIGTERM);
     void fail(int status) { _status = std::max(_status, status); }
+    /// ON_PEER_LOST=report: tells every other running PE that `dead` died. A PE hears of a
+    /// death through its own connection only if it has one (CONNECT=lazy connects only the
+    /// pairs that talk), so the launcher, which sees every death, says it to all.
+    void tell_lost(const pe_process& dead, const std::string& how);
     void say(std::string_view text);      // "coverse-run: <text>" on stderr
     void verbose(std::string_view text);  // the same, with --verbose only
     std::string pe_name(const pe_process& p) const;
@@ -311,6 +315,8 @@ private:
     bool _stdin_eof = false;
     phase _phase = phase::registering;
     clock::time_point _start;
+    // --timings: when every PE was started, registered, and when the first one ended.
+    std::optional<clock::time_point> _all_started, _all_registered, _first_ended;
     clock::time_point _register_deadline;
     std::size_t _registered = 0;
     int _status = 0;
@@ -731,6 +737,7 @@ int launcher::run() {
             }
         }
         _register_deadline = clock::now() + _opts.register_timeout;
+        _all_started = clock::now();
     }
 
     std::vector<pollfd> fds;
@@ -779,6 +786,15 @@ int launcher::run() {
         std::erase_if(_conns, [](const auto& c) { return c->dead; });
     }
     verbose("all PEs have ended; exit status " + std::to_string(_status));
+    if (_opts.timings) {
+        const auto at = [&](const std::optional<clock::time_point>& t) {
+            return t ? elapsed_text(*t - _start) : std::string("never");
+        };
+        say("timings: " + std::to_string(_n) + " PEs started by " +
+            (_remote ? std::string("(remote starts, not timed)") : at(_all_started)) +
+            ", registered by " + at(_all_registered) + "; the first ended at " + at(_first_ended) +
+            ", the last at " + elapsed_text(clock::now() - _start));
+    }
     return _status;
 }
 
@@ -835,6 +851,7 @@ void launcher::reap() {
         if (r == p.pid || (r < 0 && errno == ECHILD)) {
             if (r < 0) p.wait_status = 0xFF00;  // reaped elsewhere: report it as "status 255"
             p.running = false;
+            if (!_first_ended) _first_ended = clock::now();
             _doctor.ended(p.pe);
             ended.push_back(&p);
         }
@@ -897,6 +914,7 @@ void launcher::reap() {
             say(pe_name(*p) + " " + wait_text(p->wait_status) +
                 "; ON_PEER_LOST=report: the other PEs go on");
             fail(exit_code_of(p->wait_status));
+            tell_lost(*p, pe_name(*p) + " " + wait_text(p->wait_status));
         } else if (!clean) {
             why = pe_name(*p) + " " + wait_text(p->wait_status);
             say(why);
@@ -907,6 +925,13 @@ void launcher::reap() {
         }
     }
     if (failed) begin_stop(why);
+}
+
+void launcher::tell_lost(const pe_process& dead, const std::string& how) {
+    const auto payload = encode(peer_lost_payload{dead.pe, how});
+    for (pe_process& q : _pes)
+        if (q.running && q.registered && q.conn != nullptr && &q != &dead)
+            send(*q.conn, frame_type::peer_lost, 0, payload);
 }
 
 void launcher::accept_all() {
@@ -1060,6 +1085,7 @@ void launcher::send_node_tables() {
         if (p.conn != nullptr) send(*p.conn, frame_type::node_table, 0, table);
     }
     _phase = phase::running;
+    _all_registered = clock::now();
     // No more registrations: free the port.
     ::close(_listen_fd);
     _listen_fd = -1;

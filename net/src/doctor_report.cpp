@@ -17,7 +17,8 @@ namespace coverse::net::doctor {
 
 namespace {
 
-constexpr std::uint8_t state_version = 1;
+// 2: the connections (CONNECT and each link) after the note.
+constexpr std::uint8_t state_version = 2;
 
 // ---- encoding ----------------------------------------------------------------------------
 // One list of fields (state_fields) drives both directions: the writer appends each field
@@ -148,6 +149,14 @@ void state_fields(Archive& a, State& s) {
         a.field(p.heard_ago);
     });
     a.field(s.note);
+    a.field(s.connect);
+    a.list(s.links, 22, [&](auto& l) {
+        a.field(l.pe);
+        a.field(l.state);
+        a.field(l.lazily);
+        a.field(l.dialed);
+        a.field(l.up_at);
+    });
 }
 
 }  // namespace
@@ -386,10 +395,72 @@ std::string wait_phrase(wait_kind kind, std::uint32_t peer, std::uint64_t id) {
                    (peer == no_peer ? std::string() : " with PE " + std::to_string(peer));
         case wait_kind::timer:
             return "a timer";
+        case wait_kind::exit_vote:
+            return "the exit vote" + from;
         case wait_kind::other:
             break;
     }
     return "something" + from;
+}
+
+// "  connections (CONNECT=lazy): PE 1 dialed on first use at 0.2 s, PE 3 connecting
+// (dialed); 2 PEs not connected". Past 8 connections only the ones not up are listed.
+std::string connections_text(const pe_state& s) {
+    std::string o = "  connections (CONNECT=";
+    o += s.connect;
+    o += "):";
+    const auto others = s.peers.size();
+    std::size_t up = 0, dialed = 0, lazily = 0;
+    auto is_up = [](const link_entry& l) {
+        return l.state == "connected" || l.state == "disconnecting";
+    };
+    for (const link_entry& l : s.links) {
+        if (!is_up(l)) continue;
+        ++up;
+        dialed += l.dialed ? 1 : 0;
+        lazily += l.lazily ? 1 : 0;
+    }
+    const bool each = s.links.size() <= 8;
+    if (!each) {
+        o += ' ';
+        o += std::to_string(up);
+        o += " up (";
+        o += std::to_string(dialed);
+        o += " dialed, ";
+        o += std::to_string(up - dialed);
+        o += " accepted, ";
+        o += std::to_string(lazily);
+        o += " on first use)";
+    }
+    bool first = each;
+    for (const link_entry& l : s.links) {
+        if (!each && is_up(l)) continue;
+        o += first ? " " : ", ";
+        first = false;
+        o += "PE ";
+        o += std::to_string(l.pe);
+        o += ' ';
+        if (is_up(l)) {
+            o += l.dialed ? "dialed" : "accepted";
+            o += l.lazily ? " on first use" : " at start-up";
+            if (l.up_at >= 0) {
+                o += " at ";
+                o += seconds(l.up_at);
+            }
+        } else {
+            o += l.state;
+            o += l.dialed ? " (dialed)" : " (accepted)";
+        }
+    }
+    if (s.links.empty()) o += " none";
+    if (others > s.links.size()) {
+        const auto idle = others - s.links.size();
+        o += "; ";
+        o += std::to_string(idle);
+        o += idle == 1 ? " PE not connected" : " PEs not connected";
+    }
+    o += '\n';
+    return o;
 }
 
 std::string handler_text(const pe_state& s) {
@@ -555,6 +626,7 @@ std::string render_text(const report& r) {
             }
             o += "\n";
         }
+        if (!s.connect.empty()) o += connections_text(s);
     }
     return o;
 }
@@ -630,6 +702,15 @@ std::string render_json(const report& r) {
             o += std::string(j ? "," : "") + "{\"pe\":" + std::to_string(p.pe) +
                  ",\"messages\":" + std::to_string(p.messages) + ",\"heard_ago\":" +
                  (p.heard_ago < 0 ? std::string("null") : json_number(p.heard_ago)) + "}";
+        }
+        o += "],\"connect\":" + json_escape(s.connect) + ",\"links\":[";
+        for (std::size_t j = 0; j < s.links.size(); ++j) {
+            const link_entry& l = s.links[j];
+            o += std::string(j ? "," : "") + "{\"pe\":" + std::to_string(l.pe) +
+                 ",\"state\":" + json_escape(l.state) +
+                 ",\"lazily\":" + (l.lazily ? "true" : "false") +
+                 ",\"dialed\":" + (l.dialed ? "true" : "false") +
+                 ",\"up_at\":" + (l.up_at < 0 ? std::string("null") : json_number(l.up_at)) + "}";
         }
         o += "]}";
     }

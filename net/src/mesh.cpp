@@ -1,5 +1,5 @@
-// mesh: full-mesh set-up with hello checks, per-connection ordered writer and reader
-// tasks, peer-failure detection, and the disconnect handshake.
+// mesh: full-mesh or on-first-use set-up with hello checks, per-connection ordered writer
+// and reader tasks, peer-failure detection, and the disconnect handshake.
 #include <coverse/net/mesh.hpp>
 
 #include <cerrno>
@@ -15,6 +15,7 @@
 #include <coverse/runtime/event.hpp>
 #include <coverse/runtime/scheduler.hpp>
 #include <coverse/runtime/timer.hpp>
+#include <coverse/runtime/wait_reason.hpp>
 #include <coverse/runtime/when.hpp>
 
 namespace coverse::net {
@@ -35,6 +36,10 @@ std::string hex(std::uint64_t v) {
     char b[24];
     std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
     return b;
+}
+
+task<void> until_set(event* e) {
+    co_await e->wait();
 }
 
 std::string seconds(std::chrono::milliseconds d) {
@@ -77,17 +82,23 @@ const char* to_string(connection_state s) noexcept {
             return "disconnected";
         case connection_state::error:
             return "error";
+        case connection_state::idle:
+            return "idle";
     }
     return "?";
 }
 
+const char* to_string(connect_mode m) noexcept {
+    return m == connect_mode::lazy ? "lazy" : "eager";
+}
+
 struct mesh::connection {
-    connection(mesh* m, std::uint32_t p, std::string n, std::unique_ptr<stream> st, frame_reader r)
-        : owner(m), pe(p), name(std::move(n)), s(std::move(st)), reader(std::move(r)) {}
+    connection(mesh* m, std::uint32_t p, std::string n, frame_reader r)
+        : owner(m), pe(p), name(std::move(n)), reader(std::move(r)) {}
     mesh* owner;
     std::uint32_t pe;
-    std::string name;  // "PE 3 (127.0.0.1:40123)"
-    std::unique_ptr<stream> s;
+    std::string name;           // "PE 3 (127.0.0.1:40123)"
+    std::unique_ptr<stream> s;  // null until the hello exchange is done (lazy: while dialing)
     frame_reader reader;
     std::vector<frame> early;  // frames that arrived in the same receive as the hello
     connection_state st = connection_state::connecting;  // connected once its tasks run
@@ -98,6 +109,12 @@ struct mesh::connection {
     event writer_done;  // the writer has ended
     bool writer_closing = false;
     bool failed = false;
+    // Lazy set-up (CONNECT=lazy).
+    bool lazily = false;   // made on first use, after start-up
+    bool dialed = false;   // our dial (else we accepted the peer's)
+    bool claimed = false;  // a stream is being attached (a hello answered): no other may be
+    event attached;        // s is set, or the connection failed
+    double up_at = -1;     // seconds after the mesh was made
 };
 
 void mesh::done_flag::set() noexcept {
@@ -132,6 +149,12 @@ mesh::mesh(backend& b, std::unique_ptr<listener> l, mesh_config cfg)
 
 mesh::~mesh() = default;
 
+mesh::connection* mesh::make_connection(std::uint32_t pe) {
+    _conns[pe] = std::make_unique<connection>(this, pe, peer_name(pe),
+                                              frame_reader(_limits, _cfg.payload_alloc));
+    return _conns[pe].get();
+}
+
 std::string mesh::peer_name(std::uint32_t pe) const {
     if (pe < _conns.size() && _conns[pe]) return _conns[pe]->name;
     if (pe < _cfg.peers.size())
@@ -140,8 +163,17 @@ std::string mesh::peer_name(std::uint32_t pe) const {
 }
 
 connection_state mesh::state(std::uint32_t pe) const {
-    if (pe >= _conns.size() || !_conns[pe]) return connection_state::connecting;
+    if (pe >= _conns.size() || !_conns[pe])
+        return _cfg.connect == connect_mode::lazy ? connection_state::idle
+                                                  : connection_state::connecting;
     return _conns[pe]->st;
+}
+
+std::vector<link_info> mesh::links() const {
+    std::vector<link_info> out;
+    for (const auto& c : _conns)
+        if (c) out.push_back(link_info{c->pe, c->st, c->lazily, c->dialed, c->up_at});
+    return out;
 }
 
 // ---- hello ---------------------------------------------------------------------------
@@ -207,7 +239,10 @@ std::optional<std::string> mesh::check_hello(const frame& f, std::uint32_t expec
     if (expected_pe != any_pe && p.rank != expected_pe)
         return "it answered as PE " + std::to_string(p.rank) + ", expected PE " +
                std::to_string(expected_pe) + "; check the node table";
-    if (expected_pe == any_pe && (p.rank <= _cfg.rank || _conns[p.rank]))
+    if (expected_pe == any_pe && _cfg.connect == connect_mode::lazy && p.rank == _cfg.rank)
+        return "it claims to be PE " + std::to_string(p.rank) + ", this PE itself";
+    if (expected_pe == any_pe && _cfg.connect == connect_mode::eager &&
+        (p.rank <= _cfg.rank || _conns[p.rank]))
         return "PE " + std::to_string(p.rank) +
                (p.rank <= _cfg.rank ? " must not dial PE " + std::to_string(_cfg.rank) +
                                           " (lower ranks accept, higher ranks dial)"
@@ -245,7 +280,23 @@ task<void> mesh::refuse(stream& s, const std::string& why) {
 
 // ---- establish -------------------------------------------------------------------------
 
+std::string mesh::unreached(std::uint32_t pe) const {
+    std::string out = peer_name(pe) + (pe < _cfg.rank || _cfg.connect == connect_mode::lazy
+                                           ? ": we could not connect to it"
+                                           : ": it never connected to us");
+    if (pe < _dial_errors.size() && _dial_errors[pe] != 0)
+        out += " (last attempt: " + errno_text(_dial_errors[pe]) + ")";
+    return out;
+}
+
 task<void> mesh::establish() {
+    if (_cfg.connect == connect_mode::lazy) {
+        // Nothing to wait for: the listener stays open and every pair connects on its
+        // first frame (route()).
+        _accepting = true;
+        _tasks.spawn(accept_loop(), "mesh accept loop");
+        co_return;
+    }
     const auto limit = _cfg.connect_timeout;
     // The set-up tasks treat the deadline's cancellation as an ordinary end, so whether
     // every peer is connected is what decides, not whether the task "finished".
@@ -258,10 +309,7 @@ task<void> mesh::establish() {
         for (std::uint32_t pe = 0; pe < _cfg.num_pes; ++pe) {
             if (pe == _cfg.rank || _conns[pe]) continue;
             if (!missing.empty()) missing += "; ";
-            missing += peer_name(pe) + (pe < _cfg.rank ? ": we could not connect to it"
-                                                       : ": it never connected to us");
-            if (pe < _dial_errors.size() && _dial_errors[pe] != 0)
-                missing += " (last attempt: " + errno_text(_dial_errors[pe]) + ")";
+            missing += unreached(pe);
         }
         if (!_cfg.address_note.empty()) missing += "; " + _cfg.address_note;
         throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) +
@@ -270,13 +318,15 @@ task<void> mesh::establish() {
                          ". Is that PE running and reachable? Raise CONNECTION_TIMEOUT if "
                          "PEs start slowly.");
     }
-    for (auto& c : _conns) {
-        if (!c) continue;
-        c->st = connection_state::connected;
-        _tasks.spawn(reader(c.get()), "mesh reader " + c->name);
-        _tasks.spawn(writer(c.get()), "mesh writer " + c->name);
-    }
+    for (auto& c : _conns)
+        if (c) start(c.get());
     if (_listener) co_await _listener->close();
+}
+
+void mesh::start(connection* c) {
+    c->st = connection_state::connected;
+    _tasks.spawn(reader(c), "mesh reader " + c->name);
+    _tasks.spawn(writer(c), "mesh writer " + c->name);
 }
 
 task<void> mesh::establish_all() {
@@ -335,7 +385,7 @@ task<void> mesh::accept_all(std::size_t expected) {
             co_await s.close();
             continue;
         }
-        attach(pe, std::move(r.value), std::move(reader), std::move(early));
+        attach(make_connection(pe), std::move(r.value), std::move(reader), std::move(early));
         ++have;
     }
 }
@@ -376,16 +426,206 @@ task<void> mesh::dial(std::uint32_t pe) {
         throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) + ": connecting to " + who +
                          ": " + *problem);
     }
-    attach(pe, std::move(s), std::move(reader), std::move(early));
+    connection* c = make_connection(pe);
+    c->dialed = true;
+    attach(c, std::move(s), std::move(reader), std::move(early));
 }
 
-void mesh::attach(std::uint32_t pe, std::unique_ptr<stream> s, frame_reader reader,
+void mesh::attach(connection* c, std::unique_ptr<stream> s, frame_reader reader,
                   std::vector<frame> early) {
-    std::string name = "PE " + std::to_string(pe) + " (" + s->peer_name() + ")";
-    _conns[pe] =
-        std::make_unique<connection>(this, pe, std::move(name), std::move(s), std::move(reader));
-    _conns[pe]->early = std::move(early);
-    _conns[pe]->reader.set_placement(payload_placement{&mesh::place_payload, _conns[pe].get()});
+    c->name = "PE " + std::to_string(c->pe) + " (" + s->peer_name() + ")";
+    c->s = std::move(s);
+    c->reader = std::move(reader);
+    c->early = std::move(early);
+    c->reader.set_placement(payload_placement{&mesh::place_payload, c});
+    c->up_at = std::chrono::duration<double>(std::chrono::steady_clock::now() - _made).count();
+    c->attached.set();
+}
+
+// ---- lazy set-up -------------------------------------------------------------------------
+
+mesh::connection* mesh::route(std::uint32_t pe) {
+    connection* c = _conns[pe].get();
+    if (c || _cfg.connect != connect_mode::lazy || !_accepting) return c;
+    c = make_connection(pe);
+    c->lazily = true;
+    c->dialed = true;
+    _tasks.spawn(dial_lazily(c), "mesh dial " + c->name);
+    return c;
+}
+
+task<void> mesh::accept_loop() {
+    bool said = false;
+    for (;;) {
+        auto r = co_await _listener->accept();
+        // Shutdown closed the listener (a backend may say so with EBADF).
+        if (r.error == -ECANCELED || !_accepting) {
+            if (r) co_await r.value->close();
+            co_return;
+        }
+        if (!r) {
+            // Out of descriptors is usually brief (a burst of dials): say so once, go on.
+            if (!said)
+                std::fprintf(stderr, "coverse: PE %u: accept on %s failed: %s%s\n", _cfg.rank,
+                             _listener->local().to_string().c_str(), errno_text(r.error).c_str(),
+                             r.error == -EMFILE || r.error == -ENFILE
+                                 ? " (raise the open-files limit: ulimit -n)"
+                                 : "");
+            said = true;
+            co_await sleep_for(std::chrono::milliseconds(100));
+            continue;
+        }
+        // Each hello is read by a task of its own: a slow or silent dialer (a port probe)
+        // holds up nobody else.
+        _tasks.spawn(accept_lazily(std::move(r.value)), "mesh accept");
+    }
+}
+
+task<void> mesh::accept_lazily(std::unique_ptr<stream> s) {
+    frame_reader reader(_limits, _cfg.payload_alloc);
+    std::vector<frame> early;
+    const auto hello_limit =
+        std::min<std::chrono::milliseconds>(_cfg.connect_timeout, std::chrono::seconds(5));
+    auto timed = co_await with_timeout(read_hello(*s, reader, early), hello_limit);
+    io_result<frame> hello = timed ? std::move(*timed) : io_result<frame>{{}, -ETIMEDOUT};
+    if (hello.error == -ECANCELED) hello.error = -ETIMEDOUT;
+    std::optional<std::string> problem = hello_problem(hello, reader, s->peer_name(), any_pe);
+    const std::uint32_t pe = problem ? 0 : hello.value.header.source_pe;
+    connection* c = problem ? nullptr : _conns[pe].get();
+    if (!problem && !_accepting) problem = "PE " + std::to_string(_cfg.rank) + " is shutting down";
+    if (!problem && c && c->failed)
+        problem = "PE " + std::to_string(_cfg.rank) + " already gave up on PE " +
+                  std::to_string(pe) + " (" + to_string(c->st) + ")";
+    if (!problem && c && pe > _cfg.rank) {
+        // Both dialed at once. The lower rank's dial carries the pair: ours is under way (or
+        // already up: the peer adopted it before its own hello reached us), so this one is
+        // declined; the peer takes ours when our hello reaches it.
+        (void)co_await send_frame(*s, frame_type::connect_declined, {});
+        co_await s->close();
+        co_return;
+    }
+    if (!problem && c && (c->s || c->claimed))
+        problem = "PE " + std::to_string(pe) + " is connected already";
+    if (problem) {
+        std::fprintf(stderr, "coverse: PE %u: refused a connection from %s: %s\n", _cfg.rank,
+                     s->peer_name().c_str(), problem->c_str());
+        // A peer that sent a whole (if invalid) frame is told why it was refused.
+        if (hello.error == 0 || hello.error == -EPROTO) co_await refuse(*s, *problem);
+        co_await s->close();
+        co_return;
+    }
+    if (!c) {
+        c = make_connection(pe);
+        c->lazily = true;
+    }
+    // From here frames to `pe` queue on `c` and nothing else attaches to it; our own dial,
+    // if one runs (the peer is lower: its dial wins), is declined by the peer and stops.
+    c->claimed = true;
+    const int sent = co_await send_frame(*s, frame_type::hello, hello_bytes());
+    if (sent < 0) {
+        co_await s->close();
+        if (!c->failed)
+            fail(c, "answering the hello of " + c->name + " failed: " + errno_text(sent));
+        co_return;
+    }
+    if (c->failed) {  // the launcher said it died while we answered
+        co_await s->close();
+        co_return;
+    }
+    c->dialed = false;
+    attach(c, std::move(s), std::move(reader), std::move(early));
+    start(c);
+}
+
+task<void> mesh::dial_lazily(connection* c) {
+    const wait_scope waiting({wait_kind::connect, c->pe, 0, "lazy connect: dialing it"});
+    // Whether the steps "finished" says nothing (a step stopped by the deadline returns
+    // normally): the connection's state does.
+    (void)co_await with_timeout(dial_steps(c), _cfg.connect_timeout);
+    if (c->s || c->claimed || c->failed || !_accepting) co_return;
+    std::string why = "connection set-up timed out after " + seconds(_cfg.connect_timeout) +
+                      " (CONNECTION_TIMEOUT): " + unreached(c->pe);
+    if (!_cfg.address_note.empty()) why += "; " + _cfg.address_note;
+    why += ". Is that PE running and reachable? Raise CONNECTION_TIMEOUT if PEs start slowly.";
+    fail(c, why);
+}
+
+task<void> mesh::dial_steps(connection* c) {
+    auto delay = _cfg.retry_initial;
+    for (;;) {
+        if (c->s || c->claimed || c->failed) co_return;  // the peer's dial came first
+        if (co_await dial_once(c)) co_return;
+        // Nobody listens (yet), or the network blinked: retry with backoff until the
+        // deadline stops us.
+        co_await sleep_for(delay);
+        delay = std::min(delay * 2, _cfg.retry_max);
+    }
+}
+
+// One attempt: true when it ended the dial (connected, declined, refused or stopped), false
+// to try again.
+task<bool> mesh::dial_once(connection* c) {
+    const std::uint32_t pe = c->pe;
+    auto r = co_await _backend.connect(_cfg.peers[pe]);
+    if (!r) {
+        _dial_errors[pe] = r.error;
+        co_return r.error == -ECANCELED;
+    }
+    stream& s = *r.value;
+    const int sent = co_await send_frame(s, frame_type::hello, hello_bytes());
+    if (sent < 0) {
+        _dial_errors[pe] = sent;
+        co_await s.close();
+        co_return sent == -ECANCELED;
+    }
+    frame_reader reader(_limits, _cfg.payload_alloc);
+    std::vector<frame> early;
+    auto hello = co_await read_hello(s, reader, early);
+    if (hello.error == -ECANCELED) {
+        co_await s.close();
+        co_return true;
+    }
+    if (hello.error == 0 && hello.value.header.type == frame_type::connect_declined) {
+        // The peer (a lower rank) dials us as well and keeps its own connection: it
+        // reaches our listener, and accept_lazily() puts it under `c`.
+        co_await s.close();
+        co_await c->attached.wait();
+        co_return true;
+    }
+    const std::string who = peer_name(pe);
+    if (const auto problem = hello_problem(hello, reader, who, pe)) {
+        co_await s.close();
+        // The peer's own dial may have come up meanwhile (then this one is the spare).
+        if (!c->failed && !c->s && !c->claimed) fail(c, "connecting to " + who + ": " + *problem);
+        co_return true;
+    }
+    if (c->s || c->claimed || c->failed) {  // cannot happen: the peer would have declined
+        co_await s.close();
+        co_return true;
+    }
+    attach(c, std::move(r.value), std::move(reader), std::move(early));
+    start(c);
+    co_return true;
+}
+
+void mesh::peer_gone(std::uint32_t pe, const std::string& why) {
+    if (pe >= _conns.size() || pe == _cfg.rank) return;
+    connection* c = _conns[pe].get();
+    if (!c) c = make_connection(pe);
+    if (c->failed || c->st == connection_state::disconnected) return;
+    if (!c->s) {
+        fail(c, why);  // nothing came from it on this connection: nothing to hand out first
+        return;
+    }
+    _tasks.spawn(fail_unless_ended(c, why), "mesh: " + c->name + " died");
+}
+
+task<void> mesh::fail_unless_ended(connection* c, std::string why) {
+    // A dead process's socket ends by itself (the kernel closes it): the reader hands out
+    // what arrived before and reports the end. A host that vanished sends nothing, so the
+    // launcher's word ends it after a while.
+    (void)co_await with_timeout(until_set(&c->reader_done), std::chrono::seconds(2));
+    if (!c->failed && c->st != connection_state::disconnected) fail(c, why);
 }
 
 std::byte* mesh::place_payload(void* conn, const frame_header& h) noexcept {
@@ -397,15 +637,17 @@ std::byte* mesh::place_payload(void* conn, const frame_header& h) noexcept {
 
 // ---- data path ---------------------------------------------------------------------------
 
-// Connected, or disconnecting while the peer's disconnect has not arrived (we still answer).
-bool mesh::writable(const connection* c) noexcept {
+// Connected, or disconnecting while the peer's disconnect has not arrived (we still answer);
+// lazy: also while connecting (frames wait for the dial in order).
+bool mesh::writable(const connection* c) const noexcept {
     return c && !c->failed && !c->writer_closing &&
-           (c->st == connection_state::connected || c->st == connection_state::disconnecting);
+           (c->st == connection_state::connected || c->st == connection_state::disconnecting ||
+            (c->st == connection_state::connecting && _cfg.connect == connect_mode::lazy));
 }
 
 task<int> mesh::send(std::uint32_t pe, frame_header header, std::span<const std::byte> payload) {
     if (pe >= _conns.size() || pe == _cfg.rank) co_return -EINVAL;
-    connection* c = _conns[pe].get();
+    connection* c = route(pe);
     if (!writable(c)) co_return -ENOTCONN;
     if (payload.size() > _cfg.max_payload) co_return -EMSGSIZE;
     co_return co_await transmit(c, header, payload);
@@ -427,7 +669,7 @@ task<int> mesh::transmit(connection* c, frame_header header, std::span<const std
 int mesh::post(std::uint32_t pe, const frame_header& header, std::span<const std::byte> payload,
                sent_callback on_sent, void* ctx) {
     if (pe >= _conns.size() || pe == _cfg.rank) return -EINVAL;
-    connection* c = _conns[pe].get();
+    connection* c = route(pe);
     if (!writable(c)) return -ENOTCONN;
     if (payload.size() > _cfg.max_payload) return -EMSGSIZE;
     std::unique_ptr<outgoing> o;
@@ -574,18 +816,21 @@ void mesh::fail(connection* c, const std::string& why) {
     if (c->failed) return;
     c->failed = true;
     c->st = connection_state::error;
+    c->wake.set();
+    c->bye.set();       // nobody waits for a bye from a dead peer
+    c->attached.set();  // nor for a dial that gave up
+    if (_failure.empty() && _cfg.peer_failure_ends_receive) _failure = why;
+    // Said before the queued frames fail: their senders may stop the job on the spot, and
+    // this is the text that names the cause.
+    if (_on_failure)
+        _on_failure(c->pe, why);
+    else
+        std::fprintf(stderr, "coverse: PE %u: %s\n", _cfg.rank, why.c_str());
     while (!c->queue.empty()) {
         outgoing* o = c->queue.front();
         c->queue.pop_front();
         complete(o, -EPIPE);
     }
-    c->wake.set();
-    c->bye.set();  // nobody waits for a bye from a dead peer
-    if (_failure.empty() && _cfg.peer_failure_ends_receive) _failure = why;
-    if (_on_failure)
-        _on_failure(c->pe, why);
-    else
-        std::fprintf(stderr, "coverse: PE %u: %s\n", _cfg.rank, why.c_str());
     wake_receiver();
 }
 
@@ -610,7 +855,7 @@ task<std::optional<received>> mesh::receive() {
     for (;;) {
         if (auto r = try_receive()) co_return r;
         if (!_failure.empty()) throw mesh_error(_failure);
-        bool any_open = false;
+        bool any_open = _accepting;  // lazy: a peer may still connect
         for (auto& c : _conns)
             if (c &&
                 (c->st == connection_state::connected ||
@@ -625,6 +870,10 @@ task<std::optional<received>> mesh::receive() {
 // ---- shutdown ----------------------------------------------------------------------------
 
 task<void> mesh::disconnect(connection* c) {
+    // A lazy connection still being made: frames wait on it, so the handshake follows them.
+    while (!c->s && !c->failed)
+        co_await c->attached.wait();
+    if (c->failed) co_return;
     c->st = connection_state::disconnecting;
     const auto body = encode(disconnect_payload{});
     frame_header h;
@@ -643,9 +892,16 @@ task<void> mesh::disconnect(connection* c) {
 }
 
 task<void> mesh::shutdown() {
+    // No new connections from here: peers that still had something for us have connected
+    // (CONNECT=lazy: the machine layer agreed on the exit first).
+    _accepting = false;
+    if (_listener) co_await _listener->close();
     std::vector<task<void>> parts;
     for (auto& c : _conns)
-        if (c && c->st == connection_state::connected) parts.push_back(disconnect(c.get()));
+        if (c && !c->failed &&
+            (c->st == connection_state::connected ||
+             (c->st == connection_state::connecting && _cfg.connect == connect_mode::lazy)))
+            parts.push_back(disconnect(c.get()));
     // The deadline stops the connection tasks themselves: a writer blocked on a peer that
     // does not read would otherwise keep the disconnect frame (and this call) waiting.
     auto watchdog = [](mesh* m, std::chrono::milliseconds limit) -> task<void> {
@@ -665,10 +921,9 @@ task<void> mesh::shutdown() {
             stuck += c->name;
             c->st = connection_state::error;
         }
-        co_await c->s->close();
+        if (c->s) co_await c->s->close();
         c->reader_done.set();
     }
-    if (_listener) co_await _listener->close();
     wake_receiver();
     if (!finished)
         throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) +

@@ -64,6 +64,10 @@ constexpr std::size_t exit_code = 0, origin_pe = 4, text = 8;
 static_assert(origin_pe == exit_code + 4 && text == origin_pe + 4 &&
               abort_payload::wire_size == text);
 }  // namespace abort_off
+namespace peer_lost_off {
+constexpr std::size_t pe = 0, reserved = 4, text = 8;
+static_assert(reserved == pe + 4 && text == reserved + 4 && peer_lost_payload::wire_size == text);
+}  // namespace peer_lost_off
 namespace register_off {
 constexpr std::size_t node = 0, pe_count = 4, data_port = 8, reserved = 10, protocol_version = 12,
                       machine_id = 16, job_key = 24, ip = 32;
@@ -106,6 +110,16 @@ decode_error check_exact(std::span<const std::byte> bytes, std::size_t size,
     if (bytes.size() != size) {
         return fail(decode_status::payload_length_mismatch, type, "payload_length", bytes.size(),
                     size);
+    }
+    return {};
+}
+
+// A payload of a fixed prefix and a variable rest (text, a blob).
+decode_error check_at_least(std::span<const std::byte> bytes, std::size_t prefix,
+                            frame_type type) noexcept {
+    if (bytes.size() < prefix) {
+        return fail(decode_status::payload_length_mismatch, type, "payload_length", bytes.size(),
+                    prefix);
     }
     return {};
 }
@@ -178,6 +192,10 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "latency_table";
         case frame_type::latency_vector_minimum:
             return "latency_vector_minimum";
+        case frame_type::connect_declined:
+            return "connect_declined";
+        case frame_type::peer_lost:
+            return "peer_lost";
     }
     return "unknown";
 }
@@ -278,6 +296,10 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::exact, vector * limits.num_pes};
         case frame_type::latency_vector_minimum:
             return {k::exact, vector};
+        case frame_type::connect_declined:
+            return {k::exact, 0};
+        case frame_type::peer_lost:
+            return {k::at_least, peer_lost_payload::wire_size};
         default:
             return {k::any, 0};
     }
@@ -418,6 +440,13 @@ decode_error validate_payload(const frame_header& header, std::span<const std::b
             return decode_node_table(payload, limits).error;
         case frame_type::state_request:
             return decode_state_request(payload, limits).error;
+        case frame_type::peer_lost:
+            // Only the launcher knows that a PE died.
+            if (header.source_pe != launcher_pe) {
+                return fail(decode_status::invalid_field, header.type, "peer_lost/source_pe",
+                            header.source_pe, launcher_pe);
+            }
+            return decode_peer_lost(payload, limits).error;
         default:
             return {};
     }
@@ -537,11 +566,7 @@ std::vector<std::byte> encode(const rdma_address_payload& v) {
 decoded<rdma_address_payload> decode_rdma_address(std::span<const std::byte> b) noexcept {
     decoded<rdma_address_payload> r;
     constexpr auto type = frame_type::rdma_address;
-    if (b.size() < rdma_address_payload::wire_size) {
-        r.error = fail(decode_status::payload_length_mismatch, type, "payload_length", b.size(),
-                       rdma_address_payload::wire_size);
-        return r;
-    }
+    if ((r.error = check_at_least(b, rdma_address_payload::wire_size, type))) return r;
     r.value.stage = load_le<std::uint32_t>(b.data());
     r.value.provider = load_le<std::uint32_t>(b.data() + 4);
     r.value.blob = b.subspan(rdma_address_payload::wire_size);
@@ -784,6 +809,31 @@ decoded<abort_payload> decode_abort(std::span<const std::byte> b,
         r.error = fail(decode_status::invalid_field, frame_type::abort, "abort.origin_pe",
                        r.value.origin_pe, limits.num_pes);
     }
+    return r;
+}
+
+std::vector<std::byte> encode(const peer_lost_payload& v) {
+    std::vector<std::byte> out(peer_lost_payload::wire_size + v.text.size());
+    store_le<std::uint32_t>(out.data() + peer_lost_off::pe, v.pe);
+    for (std::size_t i = 0; i < v.text.size(); ++i)
+        out[peer_lost_off::text + i] = static_cast<std::byte>(v.text[i]);
+    return out;
+}
+
+decoded<peer_lost_payload> decode_peer_lost(std::span<const std::byte> b,
+                                            const decode_limits& limits) noexcept {
+    decoded<peer_lost_payload> r;
+    constexpr auto type = frame_type::peer_lost;
+    if ((r.error = check_at_least(b, peer_lost_payload::wire_size, type))) return r;
+    r.value.pe = load_le<std::uint32_t>(b.data() + peer_lost_off::pe);
+    const auto reserved = load_le<std::uint32_t>(b.data() + peer_lost_off::reserved);
+    r.value.text = std::string_view(reinterpret_cast<const char*>(b.data()) + peer_lost_off::text,
+                                    b.size() - peer_lost_off::text);
+    if (reserved != 0)
+        r.error = fail(decode_status::reserved_bits_set, type, "peer_lost.reserved", reserved);
+    else if (r.value.pe >= limits.num_pes)
+        r.error =
+            fail(decode_status::invalid_field, type, "peer_lost.pe", r.value.pe, limits.num_pes);
     return r;
 }
 
@@ -1104,6 +1154,8 @@ const char* field_rule(std::string_view field) {
         {"node_table.ip",
          "must be 1..%llu printable ASCII bytes without spaces: an IP address or host name"},
         {"node_table.trailing", "bytes after the last record; expected %llu"},
+        {"peer_lost/source_pe", "only the launcher (%llu) reports a lost PE"},
+        {"peer_lost.pe", "the job has %llu PEs"},
     };
     for (const rule& r : rules) {
         if (r.field == field) return r.text;

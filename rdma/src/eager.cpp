@@ -267,7 +267,9 @@ bool layer::impl::eager_pending() const noexcept {
 void layer::impl::eager_note_stream_message(std::uint32_t from) {
     peer& p = peers[from];
     const bool rings = p.in_ring && p.out_ring;
-    if (!cfg.eager || p.eager_in || p.tcp_in || p.eager_refused || (!rings && !mesh)) return;
+    // Not before the pair is set up (layer.hpp): which path it takes back is not known yet.
+    if (!cfg.eager || !p.ready || p.eager_in || p.tcp_in || p.eager_refused || (!rings && !mesh))
+        return;
     // Counted per message, timed per EAGER_THRESHOLD messages (a clock read on every ring
     // message cost the receiver ~60 instructions of its ~700): the window is busy when its
     // THRESHOLD-th message came within INTERVAL of its first; else a new window starts.

@@ -1,5 +1,6 @@
-// The rdma layer (see layer.hpp): per-peer stream paths, provider choice, the demultiplexing
-// of the layer's frames from both paths, and the in-order upcall. The rendezvous protocol
+// The rdma layer (see layer.hpp): per-peer set-up (eager at start-up or lazy on first use),
+// stream paths, provider choice, the demultiplexing of the layer's frames from both paths,
+// and the in-order upcall. The rendezvous protocol
 // itself is in rendezvous.cpp, the same-host ring path in shm_path.cpp.
 #include "layer_impl.hpp"
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include <coverse/alloc/message.hpp>
 #include <coverse/rdma/cma.hpp>
@@ -53,6 +55,7 @@ layer_config layer_config::from_settings() {
         std::min<std::size_t>(settings::count("EAGER_LONG_BUFFERS"), eager_segment::most_slots));
     c.eager_long_bytes = std::min<std::uint32_t>(clamp32(settings::count("EAGER_LONG_BUFFER_SIZE")),
                                                  eager_segment::largest_capacity);
+    c.lazy = settings::text("CONNECT") == "lazy";
     return c;
 }
 
@@ -103,23 +106,100 @@ void layer::connect(std::span<const peer_info> peers) {
     const std::uint64_t here = peers[m.cfg.rank].machine_id;
     for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
         m.peers[p].same_host = peers[p].machine_id == here;
-    m.shm_connect();
-    if (m.cfg.num_pes == 1 || !m.mesh) return;
-    // Stage 1: offer every peer the provider we would like it to read us with.
-    for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p) {
-        if (p == m.cfg.rank) continue;
-        const provider_kind offer = m.offer_for(p);
-        provider* prov = m.provider_of(offer);
-        const std::vector<std::byte> blob =
-            prov ? prov->address_blob_for(p) : std::vector<std::byte>{};
-        m.post_address(p, 1, offer, blob);
+    m.shm_start();
+    m.table_known = true;
+    for (auto& [from, f] : std::exchange(m.early_offers, {}))
+        m.on_address(from, f);
+    for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
+        if (!m.peers[p].waiting.empty()) m.setup_start(p);
+    if (m.cfg.num_pes == 1 || !m.mesh || m.cfg.lazy) return;
+    // Eager: every pair now; the set-up of each is the one a first send starts (lazy).
+    for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
+        if (p != m.cfg.rank) m.setup_start(p);
+    m.sched.run_until([&] { return m.ready_peers == m.cfg.num_pes - 1; });
+    // Every peer has mapped our doorbell (with our ring, before its verdict).
+    if (m.bell) m.bell->unlink();
+}
+
+bool layer::ready(std::uint32_t pe) const noexcept {
+    const impl& m = *_impl;
+    return pe < m.peers.size() && m.peers[pe].sendable;
+}
+
+task<void> layer::until_ready(std::uint32_t pe) {
+    impl& m = *_impl;
+    if (pe >= m.peers.size() || pe == m.cfg.rank) co_return;
+    peer& q = m.peers[pe];
+    if (q.sendable || q.lost) co_return;
+    if (!q.ready_event) q.ready_event = std::make_unique<event>();
+    m.setup_start(pe);
+    co_await q.ready_event->wait();
+}
+
+void layer::impl::setup_start(std::uint32_t p) {
+    peer& q = peers[p];
+    if (q.offer_sent || q.lost || closed || !table_known) return;
+    q.offer_sent = true;
+    // Our ring exists before the offer that tells the peer to map it.
+    shm_ring_for(p);
+    // Stage 1: the provider we would like it to read us with. The first frame to it: under
+    // CONNECT=lazy the mesh dials it now, and whatever waits for the set-up waits for that.
+    const provider_kind offer = offer_for(p);
+    provider* prov = provider_of(offer);
+    const std::vector<std::byte> blob = prov ? prov->address_blob_for(p) : std::vector<std::byte>{};
+    if (const int rc = post_address(p, 1, offer, blob); rc < 0) fail_waiting(p, rc);
+    shm_update_rings_only();
+}
+
+void layer::impl::setup_check(std::uint32_t p) {
+    peer& q = peers[p];
+    if (q.ready || !q.offer_seen || !q.verdict_known) return;
+    q.ready = true;
+    ++ready_peers;
+    if (q.staged_ring) {
+        q.out_ring = std::move(q.staged_ring);
+        q.out_bell = std::move(q.staged_bell);
+        q.staged_ring.reset();
+        q.staged_bell.reset();
     }
-    // Every peer answers our offer with a verdict once it has processed it, after it
-    // mapped our rings: then both are known and the ring names can go.
-    m.sched.run_until(
-        [&] { return m.verdicts == m.cfg.num_pes - 1 && m.offers == m.cfg.num_pes - 1; });
-    m.shm_unlink();
-    if (!m.refusals.empty()) m.up.on_notice(m.refusals);
+    // What waited goes first, in order; a send made meanwhile (a completion that sends
+    // again) queues behind it, since the peer is not sendable until the queue is empty.
+    while (!q.waiting.empty()) {
+        const held_send h = q.waiting.front();
+        q.waiting.pop_front();
+        --holding;
+        self.send_direct(p, h.buf, h.size, h.broadcast, h.root, h.done);
+    }
+    q.sendable = true;
+    if (q.ready_event) q.ready_event->set();
+    shm_update_rings_only();
+    if (!refusals.empty() && !refusals_said) {
+        refusals_said = true;
+        up.on_notice(refusals);
+    }
+    up.on_peer_ready(p);
+}
+
+void layer::impl::hold(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
+                       std::uint32_t root, send_completion* done) {
+    peer& q = peers[dest];
+    if (q.lost) {
+        done->sent(-EPIPE);
+        return;
+    }
+    q.waiting.push_back(held_send{buf, size, broadcast, root, done});
+    ++holding;
+    setup_start(dest);
+}
+
+void layer::impl::fail_waiting(std::uint32_t p, int result) {
+    peer& q = peers[p];
+    while (!q.waiting.empty()) {
+        send_completion* done = q.waiting.front().done;
+        q.waiting.pop_front();
+        --holding;
+        done->sent(result);
+    }
 }
 
 provider_kind layer::impl::offer_for(std::uint32_t p) const {
@@ -141,8 +221,8 @@ provider* layer::impl::provider_of(provider_kind k) const noexcept {
     return nullptr;
 }
 
-void layer::impl::post_address(std::uint32_t p, std::uint32_t stage, provider_kind kind,
-                               std::span<const std::byte> blob) {
+int layer::impl::post_address(std::uint32_t p, std::uint32_t stage, provider_kind kind,
+                              std::span<const std::byte> blob) {
     auto* bytes = new std::vector<std::byte>(
         net::encode(net::rdma_address_payload{stage, static_cast<std::uint32_t>(kind), blob}));
     net::frame_header h;
@@ -152,9 +232,12 @@ void layer::impl::post_address(std::uint32_t p, std::uint32_t stage, provider_ki
         bytes);
     if (rc < 0) {
         delete bytes;
-        up.on_fatal("PE " + std::to_string(cfg.rank) + ": could not send PE " + std::to_string(p) +
-                    " its one-sided address: " + std::strerror(-rc));
+        // Lazy: a peer already known dead (the mesh failed it); its loss is being reported.
+        if (!cfg.lazy)
+            up.on_fatal("PE " + std::to_string(cfg.rank) + ": could not send PE " +
+                        std::to_string(p) + " its one-sided address: " + std::strerror(-rc));
     }
+    return rc;
 }
 
 // A peer's offer (stage 1) or verdict (stage 2), in the reader.
@@ -164,11 +247,24 @@ void layer::impl::on_address(std::uint32_t from, const net::frame& f) {
     const auto kind = static_cast<provider_kind>(d.value.provider);
     peer& p = peers[from];
     if (d.value.stage == 2) {
+        if (p.verdict_known) return;
         p.publish_with = kind;
         p.verdict_known = true;
         ++verdicts;
+        // It mapped our ring before it answered: the name can go.
+        if (p.in_ring) p.in_ring->unlink();
+        setup_check(from);
         return;
     }
+    if (p.offer_seen) return;
+    // Its offer may come first (it sent to us before we sent to it): our half starts now,
+    // our ring before anything that tells it to map it.
+    setup_start(from);
+    shm_map_peer(from);
+    // The ring poll reads our new ring from now on. Not where the ring is made: that may be
+    // inside the poll's own loop over its rings (a message it delivers sends to a new
+    // peer); the peer writes into it only after our verdict below.
+    refresh_ring_sources();
     // Read the peer with what it offered if we can; else tcp, which always works.
     provider_kind use = provider_kind::tcp;
     if (kind != provider_kind::tcp) {
@@ -183,7 +279,7 @@ void layer::impl::on_address(std::uint32_t from, const net::frame& f) {
             use = kind;
         } else if (!cfg.forced) {
             // Said once per PE, naming the first peer: the cause is the same for all.
-            if (refusals.empty())
+            if (refusals.empty() && !refusals_said)
                 refusals = "coverse: PE " + std::to_string(cfg.rank) + " cannot use " +
                            std::string(to_string(kind)) + " with PE " + std::to_string(from) +
                            ": " + *why + "; large messages between them use tcp\n";
@@ -196,7 +292,8 @@ void layer::impl::on_address(std::uint32_t from, const net::frame& f) {
     p.get_with = use;
     p.offer_seen = true;
     ++offers;
-    post_address(from, 2, use, {});
+    (void)post_address(from, 2, use, {});
+    setup_check(from);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -208,6 +305,16 @@ void mesh_sent(void* ctx, int result) {
 
 void layer::send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
                  std::uint32_t root, send_completion* done) {
+    impl& m = *_impl;
+    if (!m.peers[dest].sendable) [[unlikely]] {  // the set-up with it is not done: wait for it
+        m.hold(dest, buf, size, broadcast, root, done);
+        return;
+    }
+    send_direct(dest, buf, size, broadcast, root, done);
+}
+
+void layer::send_direct(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
+                        bool broadcast, std::uint32_t root, send_completion* done) {
     impl& m = *_impl;
     if (!broadcast && !m.peers[dest].out_ring &&
         (m.peers[dest].tcp_out || !m.eager.current.empty()) &&
@@ -230,7 +337,7 @@ void layer::send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, b
 bool layer::try_send_now(std::uint32_t dest, const std::byte* buf, std::uint32_t size) noexcept {
     impl& m = *_impl;
     peer& p = m.peers[dest];
-    if (!p.out_ring) return false;
+    if (!p.out_ring || !p.sendable) return false;  // sendable: nothing waits for the set-up
     if ((p.eager_out || !m.eager.current.empty()) && m.eager_send(dest, buf, size, nullptr))
         return true;
     if (size > m.cfg.medium_boundary) return false;
@@ -439,7 +546,10 @@ bool layer::take(std::uint32_t pe, net::frame& f) {
             if (m.tcp) m.tcp->take(pe, f);
             return true;
         case net::frame_type::rdma_address:
-            m.on_address(pe, f);
+            if (!m.table_known)
+                m.early_offers.emplace_back(pe, std::move(f));
+            else
+                m.on_address(pe, f);
             return true;
         case net::frame_type::publish:
         case net::frame_type::get_done:
@@ -456,7 +566,7 @@ bool layer::take(std::uint32_t pe, net::frame& f) {
 
 bool layer::idle() const noexcept {
     const impl& m = *_impl;
-    return m.outgoing.empty() && m.incoming == 0 && m.ring_queued == 0;
+    return m.outgoing.empty() && m.incoming == 0 && m.ring_queued == 0 && m.holding == 0;
 }
 
 void layer::drain() {
@@ -468,6 +578,9 @@ void layer::peer_lost(std::uint32_t pe) {
     if (m.tcp) m.tcp->peer_lost(pe);
     if (m.cma) m.cma->peer_lost(pe);
     if (m.verbs) m.verbs->peer_lost(pe);
+    m.peers[pe].lost = true;
+    m.fail_waiting(pe, -EPIPE);
+    if (m.peers[pe].ready_event) m.peers[pe].ready_event->set();
     m.fail_rendezvous_with(pe);
     m.eager_peer_lost(pe);
     // Messages queued for its full ring never go: they complete as failed, or drain() (and
@@ -508,13 +621,17 @@ provider_kind layer::provider_for(std::uint32_t pe) const noexcept {
 
 const protocol_table& layer::impl::table_for(std::uint32_t pe) const noexcept {
     const peer& p = peers[pe];
-    const bool split = p.get_with == provider_kind::cma && p.publish_with == provider_kind::cma &&
-                       p.out_ring && cfg.rndv_split > 0;
-    const auto path = p.out_ring ? stream_path::shm_ring : stream_path::connection;
+    // Before the set-up with it (CONNECT=lazy): what it will get if it answers as we would.
+    const bool ring = p.ready ? p.out_ring.has_value() : p.same_host && shm_wanted && !shm_failed;
+    const provider_kind get = p.ready ? p.get_with : offer_for(pe);
+    const provider_kind publish = p.ready ? p.publish_with : offer_for(pe);
+    const bool split =
+        get == provider_kind::cma && publish == provider_kind::cma && ring && cfg.rndv_split > 0;
+    const auto path = ring ? stream_path::shm_ring : stream_path::connection;
     auto& slot =
-        tables[static_cast<std::size_t>(path)][static_cast<std::size_t>(p.get_with)][split ? 1 : 0];
+        tables[static_cast<std::size_t>(path)][static_cast<std::size_t>(get)][split ? 1 : 0];
     if (!slot)
-        slot = make_protocol_table(path, p.get_with, cfg.small_boundary, cfg.medium_boundary,
+        slot = make_protocol_table(path, get, cfg.small_boundary, cfg.medium_boundary,
                                    split ? cfg.rndv_split : 0);
     return *slot;
 }
@@ -533,6 +650,7 @@ std::string layer::path_to(std::uint32_t pe) const {
     const impl& m = *_impl;
     if (pe >= m.peers.size() || pe == m.cfg.rank) return "this PE";
     const peer& p = m.peers[pe];
+    if (!p.ready) return std::string(p.same_host ? "same host" : "other host") + ", not set up yet";
     return std::string(p.same_host ? "same host" : "other host") + ", stream by " +
            (p.out_ring ? "shm ring" : "connection") + ", one-sided by " +
            std::string(to_string(p.get_with));

@@ -17,6 +17,7 @@
 #include <coverse/rdma/layer.hpp>
 #include <coverse/rdma/shm_ring.hpp>
 #include <coverse/rdma/tcp.hpp>
+#include <coverse/runtime/event.hpp>
 #include <coverse/runtime/semaphore.hpp>
 
 namespace coverse::rdma {
@@ -29,6 +30,15 @@ struct held_message {
     bool broadcast = false;
     std::uint32_t root = 0;
     bool ready = false;
+};
+
+/// A send that waits for the set-up with its peer (layer.hpp), in order.
+struct held_send {
+    const std::byte* buf;
+    std::uint32_t size;
+    bool broadcast;
+    std::uint32_t root;
+    send_completion* done;
 };
 
 /// One record waiting for room in a full ring, in order.
@@ -120,6 +130,16 @@ struct persistent_out {
 
 struct peer {
     bool same_host = false;
+    // Set-up (layer.cpp): our offer went out; ready once its offer and its verdict on ours
+    // are both in; sendable once the sends that waited (`waiting`) have gone too.
+    bool offer_sent = false;
+    bool ready = false;
+    bool sendable = false;
+    bool lost = false;
+    std::deque<held_send> waiting;
+    std::optional<shm_ring> staged_ring;  // its ring for us, mapped at its offer: used once ready
+    std::optional<shm_doorbell> staged_bell;
+    std::unique_ptr<event> ready_event;  // until_ready() waits here (made on first wait)
     // The stream path: a ring when this host's peer mapped it, else the connection.
     std::optional<shm_ring> out_ring;  // the peer's ring for what we send it
     std::optional<shm_doorbell> out_bell;
@@ -193,15 +213,28 @@ struct layer::impl {
     std::unique_ptr<tcp_provider> tcp;
     std::unique_ptr<provider> verbs;
     std::string verbs_why;
-    std::uint32_t offers = 0, verdicts = 0;
-    std::string refusals;  // the one notice about a provider a peer could not use
+    std::uint32_t offers = 0, verdicts = 0, ready_peers = 0;
+    // Who shares this host is known from connect() on; offers that came before it (a
+    // faster peer set up with us first) wait here, in order.
+    bool table_known = false;
+    std::vector<std::pair<std::uint32_t, net::frame>> early_offers;
+    std::size_t holding = 0;  // sends waiting in some peer's `waiting`
+    std::string refusals;     // the one notice about a provider a peer could not use
+    bool refusals_said = false;
 
     // ---- start-up (layer.cpp) -----------------------------------------------------------
     provider_kind offer_for(std::uint32_t p) const;
     provider* provider_of(provider_kind k) const noexcept;
-    void post_address(std::uint32_t p, std::uint32_t stage, provider_kind kind,
-                      std::span<const std::byte> blob);
+    int post_address(std::uint32_t p, std::uint32_t stage, provider_kind kind,
+                     std::span<const std::byte> blob);
     void on_address(std::uint32_t from, const net::frame& f);
+    /// Our side of the set-up with `p` (layer.hpp): our ring for it, our offer. Once.
+    void setup_start(std::uint32_t p);
+    /// Ready once both halves are in: the waiting sends go, in order.
+    void setup_check(std::uint32_t p);
+    void hold(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
+              std::uint32_t root, send_completion* done);
+    void fail_waiting(std::uint32_t p, int result);
 
     // ---- routing and delivery (layer.cpp) -------------------------------------------------
     void stream_send(std::uint32_t dest, net::frame_type type, bool broadcast, std::uint32_t root,
@@ -220,8 +253,14 @@ struct layer::impl {
 
     // ---- the same-host rings (shm_path.cpp) -----------------------------------------------
     void shm_create();
-    void shm_connect();
-    void shm_unlink();
+    /// The poller and the doorbell's task (after the node table).
+    void shm_start();
+    /// Our ring for what `p` sends us (same host); a failure is said once, `p` uses TCP.
+    void shm_ring_for(std::uint32_t p);
+    /// `p`'s ring for what we send it, mapped at its offer (kept staged until ready).
+    void shm_map_peer(std::uint32_t p);
+    /// Spinning enters the kernel less while every peer set up so far is on rings.
+    void shm_update_rings_only();
     void shm_close();
     void ring_send(std::uint32_t dest, net::frame_type type, bool broadcast, std::uint32_t root,
                    std::span<const std::byte> bytes, send_completion* done);
@@ -255,6 +294,7 @@ struct layer::impl {
     bool ring_drain(std::uint32_t p);  // the records from p's ring, a bounded batch
     bool shm_wanted = false;
     bool shm_failed = false;
+    bool ring_failure_said = false;
 
     // ---- eager channels (eager.cpp) ------------------------------------------------------
     eager_state eager;

@@ -2,15 +2,16 @@
 // shared-memory ring (shm_ring.hpp) instead of the connection — messages, and the
 // rendezvous's control frames (publish, get_done, the split put's request and answer).
 //
-// Stages: create (each PE makes one ring per peer for what that peer sends it, and its
-// doorbell, before registering with the launcher) -> connect (after the mesh is up, each PE
-// maps the rings it writes to and its peers' doorbells; once every peer has answered our
-// one-sided offer, every peer has mapped ours, and every name is unlinked, so nothing is
-// left in /dev/shm) -> send (copy into the ring now if it fits, else queue and pump as the
-// consumer frees room; a message larger than a chunk goes in several) -> poll (the
-// scheduler's poller copies records out; whole messages go up in order) -> sleep (the
-// poller announces it in each ring; a producer that sees it rings the doorbell, a FIFO the
-// sleeping scheduler polls through io_uring) -> close.
+// Stages: create (each PE makes its doorbell at start-up) -> per peer, with the pair's
+// set-up (layer.hpp): the PE makes its ring for what that peer sends it before offering,
+// maps the peer's ring and doorbell at the peer's offer, and unlinks its own ring's name at
+// the peer's verdict (the peer mapped it before answering), so no ring name outlives its
+// set-up; the doorbell's name goes once every peer is set up (CONNECT=eager) or at close
+// (lazy: a peer may still come; coverse-run removes what a dead PE left) -> send (copy into
+// the ring now if it fits, else queue and pump as the consumer frees room; a message larger
+// than a chunk goes in several) -> poll (the scheduler's poller copies records out; whole
+// messages go up in order) -> sleep (the poller announces it in each ring; a producer that
+// sees it rings the doorbell, a FIFO the sleeping scheduler polls through io_uring) -> close.
 #include "layer_impl.hpp"
 
 #include <poll.h>
@@ -52,57 +53,62 @@ void layer::impl::shm_create() {
     shm_wanted = cfg.num_pes > 1 && cfg.shm && sched.io() != nullptr;
     if (!shm_wanted) return;
     try {
-        for (std::uint32_t p = 0; p < cfg.num_pes; ++p)
-            if (p != cfg.rank)
-                peers[p].in_ring.emplace(
-                    shm_ring::create(ring_name(cfg.job_key, cfg.rank, p), cfg.shm_ring_bytes));
         bell.emplace(shm_doorbell::create(bell_path(cfg.job_key, cfg.rank)));
     } catch (const std::exception& e) {
         // No shared memory here (no /dev/shm, a small container /dev/shm): this PE's peers
         // find no ring for it and send over TCP; it sends over TCP too.
         up.on_notice("coverse: PE " + std::to_string(cfg.rank) + ": " + e.what() +
                      "; messages to and from this PE use TCP\n");
-        for (auto& p : peers)
-            p.in_ring.reset();
-        bell.reset();
         shm_failed = true;
     }
 }
 
-void layer::impl::shm_connect() {
+void layer::impl::shm_start() {
     if (!shm_wanted || shm_failed) return;
-    for (std::uint32_t p = 0; p < cfg.num_pes; ++p) {
-        if (p == cfg.rank) continue;
-        peer& q = peers[p];
-        if (!q.same_host) {
-            q.in_ring.reset();  // another host: that pair stays on the connection
-            continue;
-        }
-        try {
-            auto ring = shm_ring::open(ring_name(cfg.job_key, p, cfg.rank));
-            auto b = shm_doorbell::open(bell_path(cfg.job_key, p));
-            q.out_ring.emplace(std::move(ring));
-            q.out_bell.emplace(std::move(b));
-        } catch (const std::exception&) {
-            // That PE has no shared memory (it said so): this direction uses the connection.
-        }
-    }
-    refresh_ring_sources();
     poller_ = std::make_unique<ring_poller>(*this);
     sched.add_poller(*poller_);
-    // Every peer's messages come through rings: the connections carry only rare control
-    // frames, so the spinning loop need not enter the kernel on every turn.
-    bool rings_only = true;
-    for (std::uint32_t p = 0; p < cfg.num_pes; ++p)
-        if (p != cfg.rank) rings_only = rings_only && peers[p].out_ring && peers[p].in_ring;
-    sched.set_shared_memory_only(rings_only);
     tasks.spawn(bell_task(this), "shm doorbell", sched);
 }
 
-void layer::impl::shm_unlink() {
-    for (auto& p : peers)
-        if (p.in_ring) p.in_ring->unlink();
-    if (bell) bell->unlink();
+void layer::impl::shm_ring_for(std::uint32_t p) {
+    if (!shm_wanted || shm_failed || !peers[p].same_host || peers[p].in_ring) return;
+    try {
+        peers[p].in_ring.emplace(
+            shm_ring::create(ring_name(cfg.job_key, cfg.rank, p), cfg.shm_ring_bytes));
+    } catch (const std::exception& e) {
+        // /dev/shm is full or gone: that peer finds no ring and sends over TCP.
+        if (!ring_failure_said)
+            up.on_notice("coverse: PE " + std::to_string(cfg.rank) + ": " + e.what() +
+                         "; messages from PE " + std::to_string(p) +
+                         " (and any other peer this happens with) use TCP\n");
+        ring_failure_said = true;
+    }
+}
+
+void layer::impl::shm_map_peer(std::uint32_t p) {
+    peer& q = peers[p];
+    if (!shm_wanted || shm_failed || !q.same_host || q.staged_ring || q.out_ring) return;
+    try {
+        auto ring = shm_ring::open(ring_name(cfg.job_key, p, cfg.rank));
+        auto b = shm_doorbell::open(bell_path(cfg.job_key, p));
+        q.staged_ring.emplace(std::move(ring));
+        q.staged_bell.emplace(std::move(b));
+    } catch (const std::exception&) {
+        // That PE has no shared memory (it said so): this direction uses the connection.
+    }
+}
+
+void layer::impl::shm_update_rings_only() {
+    // Every peer set up so far sends and receives through rings, and none is being set up:
+    // the connections carry only rare control frames, so the spinning loop need not enter
+    // the kernel on every turn.
+    bool rings_only = ready_peers > 0 && poller_ != nullptr;
+    for (std::uint32_t p = 0; p < peers.size() && rings_only; ++p) {
+        const peer& q = peers[p];
+        if (p == cfg.rank || (!q.offer_sent && !q.ready)) continue;
+        rings_only = q.ready && q.out_ring && q.in_ring;
+    }
+    sched.set_shared_memory_only(rings_only);
 }
 
 task<void> layer::impl::bell_task(impl* self) {
@@ -284,6 +290,13 @@ void layer::impl::ring_wake() {
         if (p.in_ring) p.in_ring->cancel_sleep();
 }
 
+void layer::unlink_names() noexcept {
+    impl& m = *_impl;
+    for (auto& p : m.peers)
+        if (p.in_ring) p.in_ring->unlink();
+    if (m.bell) m.bell->unlink();
+}
+
 void layer::impl::shm_close() {
     sched.set_shared_memory_only(false);
     if (poller_) {
@@ -294,6 +307,8 @@ void layer::impl::shm_close() {
         if (p.assembling) alloc::msg_free(std::exchange(p.assembling, nullptr));
         p.out_ring.reset();
         p.out_bell.reset();
+        p.staged_ring.reset();
+        p.staged_bell.reset();
         p.in_ring.reset();
     }
     ring_sources.clear();

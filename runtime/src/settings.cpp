@@ -28,6 +28,7 @@ constexpr std::array<std::string_view, 4> net_backends{"auto", "uring", "io_urin
 constexpr std::array<std::string_view, 2> trace_modes{"stop", "ring"};
 constexpr std::array<std::string_view, 4> rdma_providers{"auto", "cma", "tcp", "verbs"};
 constexpr std::array<std::string_view, 2> peer_lost_policies{"abort", "report"};
+constexpr std::array<std::string_view, 2> connect_modes{"lazy", "eager"};
 
 // Grouped by layer, bottom up; within a layer, DESIGN.md's order where it has one. A setting
 // is never removed (old job scripts set it): retire it by saying so in its meaning.
@@ -230,6 +231,14 @@ constexpr setting_info registry[] = {
      .meaning = "stream backend: auto (io_uring, else Asio), uring/io_uring, or asio",
      .layer = "net",
      .choices = net_backends},
+    {.name = "CONNECT",
+     .type = vt::choice,
+     .default_value = "lazy",
+     .meaning = "when two PEs connect: lazy on their first message (the connection, the "
+                "same-host ring and the one-sided set-up of that pair), eager every pair at "
+                "start-up (start-up then grows with the square of the PE count)",
+     .layer = "net",
+     .choices = connect_modes},
     {.name = "CONNECTION_TIMEOUT",
      .type = vt::seconds,
      .default_value = "300",

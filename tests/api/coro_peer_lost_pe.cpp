@@ -15,6 +15,8 @@
 //               survivors transfer to and from the victim's exposed region until it dies
 //   collective  survivors allreduce; the victim never joins
 //   barrier     the same with barrier()
+//   exit        survivors end their entry at once and wait in ConverseExit's exit vote
+//               (CONNECT=lazy), which the victim never joins: they must exit 0 without it
 // The victim (the last PE) dies by raise(SIGKILL) once the survivors are waiting, or, with
 // PEER_LOST_PID_DIR set, writes its pid there and waits for the driver to kill it.
 #include <converse.h>
@@ -231,7 +233,12 @@ coverse::task<void> entry(coverse::machine& m) {
         co_await collective(m, s);
     else if (scenario == "barrier")
         co_await barrier(m, s);
-    else
+    else if (scenario == "exit") {
+        if (s.is_victim) co_await die(m);
+        std::printf("PE %u finished %s\n", m.pe(), scenario.c_str());
+        std::fflush(stdout);
+        co_return;  // straight into the exit vote, no survivors' ring first
+    } else
         CmiAbort("coro_peer_lost: unknown scenario '%s'", scenario.c_str());
     co_await survivors_ring(m, ring);
     std::printf("PE %u finished %s\n", m.pe(), scenario.c_str());

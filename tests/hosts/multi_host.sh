@@ -3,10 +3,11 @@
 # per host on a bridge, hosts_shell.sh as ++remote-shell). The launcher runs in host h0.
 #   multi_host.sh SCENARIO SUBNET COVERSE_RUN LEGACY_DIR HOSTS_DIR
 # SCENARIO:
-#   2x2, 3x2     H hosts x 2 PEs: ring, reduction, large_messages and topology pass; every
-#                pair of PEs on one host takes the shm ring + cma, every other pair the
-#                connection + tcp (from ++verbose), and each PE listens on its host's
-#                address, the launcher on h0's
+#   2x2, 3x2     H hosts x 2 PEs: ring, reduction, large_messages and topology pass; the
+#                pairs each program talks over connect (CONNECT=lazy), no others; every such
+#                pair on one host takes the shm ring + cma, every other pair the connection +
+#                tcp (from ++verbose), and each PE listens on its host's address, the
+#                launcher on h0's
 #   host_id      two hosts given one HOST_ID: one physical node, the same-host path
 #                between them (shared memory crosses network namespaces)
 #   unreachable  host h1 prefers an address the others cannot route to: the job stops
@@ -45,28 +46,56 @@ job() {
     status=$?
 }
 
-# check_paths PES PPN: the per-peer lines of ++verbose say same host exactly for PEs of one
-# host (blocks of PPN), and each PE listened on its host's address.
+# pairs KIND... PES: the pairs ("i:j", i < j) a program connects on PES PEs: ring (PE p and
+# p + 1), tree (PE 0's spanning tree, fan-out 4: its broadcasts, CmiBarrier, ConverseExit's
+# vote) and star (PE 0 and every other PE).
+pairs() {
+    local pes="${!#}" kind p q
+    for kind in "${@:1:$#-1}"; do
+        for ((p = 0; p < pes; ++p)); do
+            case "$kind" in
+            ring) q=$(((p + 1) % pes)) ;;
+            tree) [ "$p" = 0 ] && continue; q=$(((p - 1) / 4)) ;;
+            star) [ "$p" = 0 ] && continue; q=0 ;;
+            esac
+            [ "$p" = "$q" ] && continue
+            if [ "$p" -lt "$q" ]; then echo "$p:$q"; else echo "$q:$p"; fi
+        done
+    done | sort -u
+}
+
+# check_paths PES PPN KIND...: under CONNECT=lazy ++verbose prints a per-peer line at each
+# end of each pair once the pair is set up, naming who dialed. Exactly the pairs the program
+# talks over (pairs KIND...) have them, both ends, once each; each says same host exactly for
+# PEs of one host (blocks of PPN) and names a dialer of the pair; and each PE listened on its
+# host's address.
 check_paths() {
-    local pes="$1" ppn="$2" i j want line count=0
+    local pes="$1" ppn="$2" i j k path want
+    shift 2
     for ((i = 0; i < pes; ++i)); do
         local addr="10.99.$subnet.$((i / ppn + 1))"
         grep -q "^coverse: PE $i listens on $addr:[0-9]* (eth0, " "$LOG" ||
             fail "PE $i did not listen on $addr (its host's eth0)"
-        for ((j = 0; j < pes; ++j)); do
-            [ "$i" = "$j" ] && continue
-            if [ $((i / ppn)) = $((j / ppn)) ]; then
-                want="same host, stream by shm ring, one-sided by cma"
-            else
-                want="other host, stream by connection, one-sided by tcp"
-            fi
-            line="coverse: PE $i -> PE $j: $want"
-            grep -qxF "$line" "$LOG" || fail "expected '$line'"
-            count=$((count + 1))
-        done
     done
-    [ "$(grep -c '^coverse: PE [0-9]* -> PE ' "$LOG")" = "$count" ] ||
-        fail "expected $count per-peer path lines"
+    sed -n 's/^coverse: PE \([0-9]*\) -> PE \([0-9]*\): \(.*\); connected on first use, dialed by PE \([0-9]*\)$/\1 \2 \4 \3/p' \
+        "$LOG" >"$TB_DIR/paths"
+    [ "$(grep -c '^coverse: PE [0-9]* -> PE ' "$LOG")" = "$(wc -l <"$TB_DIR/paths")" ] ||
+        fail "a per-peer path line without 'connected on first use, dialed by PE n'"
+    while read -r i j k path; do
+        if [ $((i / ppn)) = $((j / ppn)) ]; then
+            want="same host, stream by shm ring, one-sided by cma"
+        else
+            want="other host, stream by connection, one-sided by tcp"
+        fi
+        [ "$path" = "$want" ] || fail "PE $i -> PE $j: '$path', expected '$want'"
+        [ "$k" = "$i" ] || [ "$k" = "$j" ] || fail "PE $i -> PE $j says PE $k dialed"
+        grep -qx "$j $i $k .*" "$TB_DIR/paths" || fail "PE $i -> PE $j without PE $j -> PE $i (dialed by PE $k)"
+    done <"$TB_DIR/paths"
+    [ "$(sort "$TB_DIR/paths" | uniq -d | wc -l)" = 0 ] || fail "a pair's line printed twice"
+    awk '{ if ($1 < $2) print $1 ":" $2; else print $2 ":" $1 }' "$TB_DIR/paths" | sort -u >"$TB_DIR/got"
+    pairs "$@" "$pes" >"$TB_DIR/want"
+    cmp -s "$TB_DIR/got" "$TB_DIR/want" ||
+        fail "connected pairs $(tr '\n' ' ' <"$TB_DIR/got")differ from the program's ($*): $(tr '\n' ' ' <"$TB_DIR/want")"
     grep -q "control socket 10.99.$subnet.1:[0-9]*, eth0" "$LOG" ||
         fail "the launcher did not listen on h0's address"
 }
@@ -89,14 +118,14 @@ case "$scenario" in
     make_hosts "$hosts"
     job "$pes" 2 "$legacy/legacy_ring" -laps 20
     expect_ok ring "ring: 20 laps on $pes PEs ok"
-    check_paths "$pes" 2
+    check_paths "$pes" 2 ring tree
     job "$pes" 2 "$here/hosts_topology" -hosts "$hosts" -ppn 2
     expect_ok topology "topology: ok on $pes PEs, $hosts hosts"
     job "$pes" 2 "$legacy/legacy_reduction"
     [ "$status" = 0 ] || fail "reduction: exit status $status"
     job "$pes" 2 "$legacy/legacy_large_messages" -flag "$TB_DIR/large"
     [ "$status" = 0 ] || fail "large_messages: exit status $status"
-    check_paths "$pes" 2
+    check_paths "$pes" 2 ring star tree
     nothing_left
     ;;
 host_id)
@@ -105,7 +134,7 @@ host_id)
     export HOSTS_SHELL_ENV_h0="COVERSE_HOST_ID=shared-box" HOSTS_SHELL_ENV_h1="COVERSE_HOST_ID=shared-box"
     job 4 2 "$here/hosts_topology" -hosts 1 -ppn 4
     expect_ok topology "topology: ok on 4 PEs, 1 hosts"
-    grep -qxF "coverse: PE 0 -> PE 3: same host, stream by shm ring, one-sided by cma" "$LOG" ||
+    grep -qx "coverse: PE 0 -> PE 3: same host, stream by shm ring, one-sided by cma; connected on first use, dialed by PE [03]" "$LOG" ||
         fail "PEs of one HOST_ID in two namespaces did not take the same-host path"
     grep -q "host identity HOST_ID=shared-box (COVERSE_HOST_ID)" "$LOG" ||
         fail "++verbose did not say where the host identity came from"
@@ -117,8 +146,9 @@ unreachable)
     make_hosts 3
     # h1 also has an address on a subnet nobody else routes to, and prefers it.
     ip -n "$TB-h1" addr add "10.98.$subnet.2/24" dev eth0 || fail "could not add an address"
-    # PE 2 dials PE 1 and gives up after 3 s; PE 1 itself waits longer (its COVERSE_ beats
-    # the job's CMI_VMI_ spelling), so PE 2's report is the one that ends the job.
+    # PE 0 dials PE 1 (its first message: the token) and gives up after 3 s; PE 1 itself
+    # waits longer (its COVERSE_ beats the job's CMI_VMI_ spelling), so PE 0's report is the
+    # one that ends the job.
     export HOSTS_SHELL_ENV_h1="COVERSE_NETWORK_INTERFACE=10.98.$subnet.0/24 COVERSE_CONNECTION_TIMEOUT=60"
     CMI_VMI_CONNECTION_TIMEOUT=3 testbed_exec h0 "$run" ++nodelist "$TB_DIR/nodes" \
         ++remote-shell "$(testbed_shell)" ++ppn 1 +p3 --timeout 30 "$legacy/legacy_ring" >"$LOG" 2>&1

@@ -320,6 +320,49 @@ TEST(launcher_client, read_line_gets_lines_then_eof) {
     EXPECT_EQ(c.read_line(), std::nullopt);
 }
 
+// The launcher's peer_lost notices (ON_PEER_LOST=report, CONNECT=lazy) come whenever a PE
+// dies: take_notices() reads them without blocking, and a notice among other frames (before
+// the node table, before a scan reply) neither breaks nor is lost to the call that waits.
+TEST(launcher_client, peer_lost_notices_come_between_other_frames_and_are_taken_once) {
+    fake_launcher l;
+    l.run([](fake_launcher& f) {
+        EXPECT_EQ(f.next().header.type, frame_type::register_node);
+        f.send(frame_type::peer_lost, 0, encode(peer_lost_payload{0, "PE 0 died first"}));
+        f.send(frame_type::node_table, 0,
+               encode_node_table(std::vector<node_record>{{1, 0, 2, 80, "h"}}));
+        const frame scan = f.next();
+        EXPECT_EQ(scan.header.type, frame_type::scan);
+        f.send(frame_type::peer_lost, 0, encode(peer_lost_payload{1, "PE 1 of 2 was killed"}));
+        f.send_text(frame_type::scan_reply, scan.header.tag, "a line\n");
+        EXPECT_EQ(f.next().header.type, frame_type::print);  // the PE took the notice
+        f.send(frame_type::peer_lost, 0, encode(peer_lost_payload{1, "again"}));
+        EXPECT_EQ(f.next().header.type, frame_type::print);
+    });
+    launcher_client c(l.info(), 5s);
+    ASSERT_EQ(c.register_node(80, "h", 5s).size(), 2u);
+    auto first = c.take_notices();  // the one that came before the node table
+    ASSERT_EQ(first.size(), 1u);
+    EXPECT_EQ(first[0].pe, 0u);
+    EXPECT_EQ(first[0].text, "PE 0 died first");
+    EXPECT_EQ(c.read_line(), "a line");
+    auto second = c.take_notices();
+    ASSERT_EQ(second.size(), 1u);
+    EXPECT_EQ(second[0].pe, 1u);
+    EXPECT_EQ(second[0].text, "PE 1 of 2 was killed");
+    EXPECT_TRUE(c.take_notices().empty()) << "each notice is taken once";
+    c.print("took it\n");
+    // One that arrives later is read without blocking once it is there.
+    std::vector<launcher_client::notice> later;
+    for (int i = 0; i < 500 && later.empty(); ++i) {
+        later = c.take_notices();
+        if (later.empty()) std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_EQ(later.size(), 1u);
+    EXPECT_EQ(later[0].text, "again");
+    EXPECT_FALSE(c.closed());
+    c.print("done\n");
+}
+
 TEST(launcher_client, abort_waits_for_the_acknowledgement_at_most_a_second) {
     {
         fake_launcher l;

@@ -36,6 +36,8 @@ pe_state sample_state() {
                {wait_kind::get_done, 0, 17, "rndv/get", 2}};
     s.peers = {{0, 10, 0.5}, {1, 0, -1}};
     s.note = "a note";
+    s.connect = "lazy";
+    s.links = {{0, "connected", true, true, 0.25}, {1, "connecting", true, false, -1}};
     return s;
 }
 
@@ -174,6 +176,38 @@ TEST(doctor_render, pe_lists_compress_runs) {
     EXPECT_EQ(pe_list({0, 1}), "PEs 0, 1");
     EXPECT_EQ(pe_list({0, 1, 2, 3, 5, 7, 8, 9}), "PEs 0-3, 5, 7-9");
     EXPECT_EQ(pe_list({}), "no PE");
+}
+
+// CONNECT=lazy: which peers a PE is connected to, who dialed, when; an exit vote's wait is an
+// edge to the PE whose word is due.
+TEST(doctor_render, connections_say_who_dialed_on_first_use_and_who_is_not_connected) {
+    pe_answer a = waiting(2, {{0, wait_kind::exit_vote}});
+    a.state->peers = {{0, 1, 0.1}, {1, 0, -1}, {3, 0, -1}};
+    a.state->connect = "lazy";
+    a.state->links = {{0, "connected", true, true, 0.25}, {1, "connecting", true, false, -1}};
+    const auto r = analyze("test", 4, {a});
+    const std::string text = render_text(r);
+    EXPECT_NE(text.find("  connections (CONNECT=lazy): PE 0 dialed on first use at 0.2"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find(", PE 1 connecting (accepted); 1 PE not connected\n"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("waits for the exit vote from PE 0"), std::string::npos) << text;
+    ASSERT_EQ(r.edges.size(), 1u);
+    EXPECT_EQ(r.edges[0].kind, wait_kind::exit_vote);
+    const std::string json = render_json(r);
+    EXPECT_NE(json.find("\"connect\":\"lazy\",\"links\":[{\"pe\":0,\"state\":\"connected\","
+                        "\"lazily\":true,\"dialed\":true,\"up_at\":0.250}"),
+              std::string::npos)
+        << json;
+    // Past 8 connections the ones that are up are counted, not listed.
+    for (std::uint32_t p = 4; p < 14; ++p)
+        a.state->links.push_back({p, "connected", true, false, 1});
+    const std::string many = render_text(analyze("test", 14, {a}));
+    EXPECT_NE(many.find("connections (CONNECT=lazy): 11 up (1 dialed, 10 accepted, 11 on first "
+                        "use), PE 1 connecting (accepted)"),
+              std::string::npos)
+        << many;
 }
 
 TEST(doctor_render, json_escapes_what_a_pe_sent) {

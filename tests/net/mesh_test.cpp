@@ -6,11 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
 #include <latch>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <coverse/alloc/config.hpp>
@@ -534,6 +536,289 @@ TEST_P(mesh_test, draining_receive_ends_when_the_peer_has_disconnected) {
     if (res.skipped) GTEST_SKIP() << res.skip_reason;
     EXPECT_EQ(res.errors[0], "");
     EXPECT_EQ(res.errors[1], "");
+}
+
+// ---- CONNECT=lazy ------------------------------------------------------------------------
+
+void make_lazy(mesh_config& c) {
+    c.connect = connect_mode::lazy;
+}
+
+// Every pair talks at once (each PE sends to all the others from the start), so most pairs
+// dial from both ends at the same moment: each must still end with exactly one connection,
+// dialed by exactly one of the two, and every frame must arrive in order.
+TEST_P(mesh_test, lazy_all_to_all_keeps_order_with_one_connection_per_pair) {
+    std::atomic<std::uint64_t> total{0};
+    std::vector<std::vector<link_info>> links(4);
+    auto res = run_job(
+        4, GetParam(),
+        [&](std::uint32_t r, mesh& m) -> task<void> {
+            co_await all_to_all(r, m, 2000, 0, &total);
+            links[r] = m.links();
+        },
+        make_lazy);
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    for (std::uint32_t r = 0; r < 4; ++r)
+        EXPECT_EQ(res.errors[r], "") << "PE " << r;
+    EXPECT_EQ(total.load(), 4u * 3u * 2000u);
+    for (std::uint32_t a = 0; a < 4; ++a) {
+        ASSERT_EQ(links[a].size(), 3u) << "PE " << a;
+        for (const link_info& l : links[a]) {
+            EXPECT_TRUE(l.lazily);
+            EXPECT_EQ(l.state, connection_state::connected);
+            // The other end of the same connection: one dialed it, the other accepted it.
+            const auto& other = links[l.pe];
+            const auto back = std::find_if(other.begin(), other.end(),
+                                           [&](const link_info& o) { return o.pe == a; });
+            ASSERT_NE(back, other.end());
+            EXPECT_NE(l.dialed, back->dialed) << "PEs " << a << " and " << l.pe;
+        }
+    }
+}
+
+// A ring: each PE sends to the next only. Only neighbours connect; the other pairs stay idle.
+TEST_P(mesh_test, lazy_a_ring_connects_only_the_pairs_that_talk) {
+    std::vector<std::vector<link_info>> links(4);
+    std::vector<connection_state> across(4);
+    auto res = run_job(
+        4, GetParam(),
+        [&](std::uint32_t r, mesh& m) -> task<void> {
+            std::vector<std::byte> buf;
+            for (std::uint32_t seq = 0; seq < 200; ++seq) {
+                buf.resize(size_of(seq, 0));
+                fill(buf, r, seq);
+                frame_header h;
+                if (co_await m.send((r + 1) % 4, h, buf) != 0)
+                    throw std::runtime_error("send failed");
+            }
+            for (std::uint32_t seq = 0; seq < 200; ++seq) {
+                auto got = co_await m.receive();
+                if (!got || got->from != (r + 3) % 4 ||
+                    got->frame.header.payload_length != size_of(seq, 0) ||
+                    !check(got->frame.payload_bytes(), got->from, seq))
+                    throw std::runtime_error("frame " + std::to_string(seq) + " wrong");
+            }
+            links[r] = m.links();
+            across[r] = m.state((r + 2) % 4);
+        },
+        make_lazy);
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    for (std::uint32_t r = 0; r < 4; ++r) {
+        EXPECT_EQ(res.errors[r], "") << "PE " << r;
+        ASSERT_EQ(links[r].size(), 2u) << "PE " << r;
+        for (const link_info& l : links[r])
+            EXPECT_TRUE(l.pe == (r + 1) % 4 || l.pe == (r + 3) % 4) << "PE " << r << "-" << l.pe;
+        EXPECT_EQ(across[r], connection_state::idle) << "PE " << r;
+    }
+}
+
+// Two meshes on one scheduler, so the order of events is fixed: both post in the same turn,
+// both dials are under way when each side reads the other's hello. PE 0 declines PE 1's
+// dial (connect_declined: its own, the lower rank's, carries the pair) and PE 1 adopts PE
+// 0's, keeping the frames it had queued behind its own dial.
+struct two_lazy_pes {
+    scheduler s;
+    pe_setup a, b;
+    std::optional<mesh> m0, m1;
+    std::string why;
+    explicit two_lazy_pes(backend_kind kind, std::chrono::milliseconds timeout = 20s)
+        : s(options_for(kind)) {
+        a = make_pe(s, kind, &why);
+        b = make_pe(s, kind, &why);
+        if (!a.b || !b.b || !a.l || !b.l) return;
+        mesh_config cfg;
+        cfg.num_pes = 2;
+        cfg.job_key = 0xC0FFEE;
+        cfg.peers = {a.l->local(), b.l->local()};
+        cfg.connect_timeout = timeout;
+        cfg.connect = connect_mode::lazy;
+        cfg.rank = 0;
+        m0.emplace(*a.b, std::move(a.l), cfg);
+        cfg.rank = 1;
+        m1.emplace(*b.b, std::move(b.l), cfg);
+    }
+    bool ok() const { return m0 && m1; }
+};
+
+// Receives `n` frames from `from` and checks each (size and bytes of message `seq`).
+task<void> expect_frames(mesh* m, std::uint32_t from, std::uint32_t n, std::string* problem) {
+    for (std::uint32_t seq = 0; seq < n; ++seq) {
+        auto got = co_await m->receive();
+        if (!got || got->from != from || got->frame.header.payload_length != size_of(seq, 0) ||
+            !check(got->frame.payload_bytes(), from, seq)) {
+            *problem = "frame " + std::to_string(seq) + " from PE " + std::to_string(from) +
+                       " missing, out of order or corrupt";
+            co_return;
+        }
+    }
+}
+
+// Posts `n` numbered frames to `to`; the payloads live in `bufs` until the callbacks ran.
+void post_frames(mesh& m, std::uint32_t me, std::uint32_t to, std::uint32_t n,
+                 std::vector<std::vector<std::byte>>& bufs, post_counter& counter) {
+    bufs.resize(n);
+    for (std::uint32_t seq = 0; seq < n; ++seq) {
+        bufs[seq].resize(size_of(seq, 0));
+        fill(bufs[seq], me, seq);
+        if (m.post(to, frame_header{}, bufs[seq], &post_counter::on_sent, &counter) != 0)
+            throw std::runtime_error("post failed");
+    }
+}
+
+TEST_P(mesh_test, lazy_simultaneous_dials_end_with_the_lower_ranks_connection) {
+    two_lazy_pes j(GetParam());
+    if (!j.ok()) GTEST_SKIP() << j.why;
+    std::string p0, p1;
+    std::vector<std::vector<std::byte>> b0, b1;
+    post_counter c0, c1;
+    sync_wait([](two_lazy_pes* t, std::string* e0, std::string* e1,
+                 std::vector<std::vector<std::byte>>* q0, std::vector<std::vector<std::byte>>* q1,
+                 post_counter* k0, post_counter* k1) -> task<void> {
+        co_await t->m0->establish();
+        co_await t->m1->establish();
+        // The same turn: neither dial has reached the other side yet.
+        post_frames(*t->m0, 0, 1, 3000, *q0, *k0);
+        post_frames(*t->m1, 1, 0, 3000, *q1, *k1);
+        if (t->m0->state(1) != connection_state::connecting ||
+            t->m1->state(0) != connection_state::connecting)
+            *e0 = "both PEs should be dialing";
+        std::vector<task<void>> both;
+        both.push_back(expect_frames(&*t->m1, 0, 3000, e1));
+        both.push_back(expect_frames(&*t->m0, 1, 3000, e0));
+        co_await when_all(std::move(both));
+        std::vector<task<void>> down;
+        down.push_back(t->m0->shutdown());
+        down.push_back(t->m1->shutdown());
+        co_await when_all(std::move(down));
+    }(&j, &p0, &p1, &b0, &b1, &c0, &c1));
+    EXPECT_EQ(p0, "");
+    EXPECT_EQ(p1, "");
+    EXPECT_EQ(c0.ok, 3000);
+    EXPECT_EQ(c1.ok, 3000);
+    const auto l0 = j.m0->links(), l1 = j.m1->links();
+    ASSERT_EQ(l0.size(), 1u);
+    ASSERT_EQ(l1.size(), 1u);
+    EXPECT_TRUE(l0[0].dialed) << "PE 0's dial (the lower rank's) carries the pair";
+    EXPECT_FALSE(l1[0].dialed) << "PE 1's own dial was declined";
+    EXPECT_EQ(l0[0].state, connection_state::disconnected);
+    EXPECT_EQ(l1[0].state, connection_state::disconnected);
+}
+
+// Frames posted and sent before the peer even accepts wait behind the dial, in order.
+TEST_P(mesh_test, lazy_frames_queued_behind_the_dial_arrive_in_order) {
+    two_lazy_pes j(GetParam());
+    if (!j.ok()) GTEST_SKIP() << j.why;
+    std::string problem;
+    std::vector<std::vector<std::byte>> bufs;
+    post_counter counter;
+    sync_wait([](two_lazy_pes* t, std::string* e, std::vector<std::vector<std::byte>>* q,
+                 post_counter* k) -> task<void> {
+        co_await t->m0->establish();
+        post_frames(*t->m0, 0, 1, 5000, *q, *k);
+        // Nothing can have gone: PE 1 does not accept yet (its listener only queues the dial).
+        co_await sleep_for(50ms);
+        if (t->m0->state(1) != connection_state::connecting)
+            *e = "PE 0 should still be dialing, it is " + std::string(to_string(t->m0->state(1)));
+        if (k->ok + k->failed != 0) *e = "a frame completed before the connection was up";
+        co_await t->m1->establish();
+        co_await expect_frames(&*t->m1, 0, 5000, e);
+        std::vector<task<void>> down;
+        down.push_back(t->m0->shutdown());
+        down.push_back(t->m1->shutdown());
+        co_await when_all(std::move(down));
+    }(&j, &problem, &bufs, &counter));
+    EXPECT_EQ(problem, "");
+    EXPECT_EQ(counter.ok, 5000);
+    EXPECT_EQ(counter.failed, 0);
+}
+
+// A peer that accepts the TCP connection (the kernel does, for its listener) but never
+// answers the hello, and one that does not listen at all: the dial gives up after
+// CONNECTION_TIMEOUT, the failure names the PE, its address and the setting, queued frames
+// fail, later ones are refused at once.
+void expect_dial_gives_up(backend_kind kind, bool listening) {
+    scheduler s(options_for(kind));
+    std::string why;
+    auto pe = make_pe(s, kind, &why);
+    if (!pe.b) GTEST_SKIP() << why;
+    auto silent = pe.b->listen(endpoint{"127.0.0.1", 0});  // never accepts
+    ASSERT_TRUE(silent);
+    const endpoint dead = silent.value->local();
+    if (!listening) sync_wait(silent.value->close());
+    mesh_config cfg;
+    cfg.rank = 0;
+    cfg.num_pes = 2;
+    cfg.peers = {pe.l->local(), dead};
+    cfg.connect_timeout = 300ms;
+    cfg.connect = connect_mode::lazy;
+    cfg.peer_failure_ends_receive = false;
+    mesh m(*pe.b, std::move(pe.l), cfg);
+    std::vector<std::string> failures;
+    m.on_peer_failure([&](std::uint32_t p, const std::string& w) {
+        failures.push_back("PE " + std::to_string(p) + ": " + w);
+    });
+    post_counter counter;
+    std::vector<std::byte> payload(100, std::byte{1});
+    int late = 0;
+    sync_wait([](mesh* mp, post_counter* k, std::vector<std::byte>* b, int* l,
+                 std::vector<std::string>* f) -> task<void> {
+        co_await mp->establish();
+        if (mp->post(1, frame_header{}, *b, &post_counter::on_sent, k) != 0)
+            throw std::runtime_error("the first post must queue behind the dial");
+        auto gave_up = co_await with_timeout(
+            [](std::vector<std::string>* fs) -> task<void> {
+                while (fs->empty())
+                    co_await sleep_for(10ms);
+            }(f),
+            10s);
+        if (!gave_up) throw std::runtime_error("the dial did not give up");
+        *l = mp->post(1, frame_header{}, *b, &post_counter::on_sent, k);
+        co_await mp->shutdown();
+    }(&m, &counter, &payload, &late, &failures));
+    if (listening) sync_wait(silent.value->close());
+    ASSERT_EQ(failures.size(), 1u);
+    const std::string& w = failures[0];
+    EXPECT_NE(w.find("PE 1 (" + dead.to_string() + ")"), std::string::npos) << w;
+    EXPECT_NE(w.find("CONNECTION_TIMEOUT"), std::string::npos) << w;
+    EXPECT_NE(w.find("timed out after 0.3 s"), std::string::npos) << w;
+    if (!listening) {
+        EXPECT_NE(w.find("Connection refused"), std::string::npos) << w;
+    }
+    EXPECT_EQ(counter.failed, 1) << "the queued frame fails with the peer";
+    EXPECT_EQ(counter.ok, 0);
+    EXPECT_EQ(late, -ENOTCONN);
+    EXPECT_EQ(m.state(1), connection_state::error);
+}
+
+TEST_P(mesh_test, lazy_a_peer_that_never_answers_fails_naming_it_its_address_and_the_timeout) {
+    expect_dial_gives_up(GetParam(), true);
+}
+
+TEST_P(mesh_test, lazy_a_peer_nobody_listens_for_fails_naming_it_and_the_refusal) {
+    expect_dial_gives_up(GetParam(), false);
+}
+
+// The launcher's word that a PE died: with no connection to it, it fails at once, and no
+// dial is made afterwards.
+TEST_P(mesh_test, lazy_a_peer_the_launcher_reports_dead_fails_without_a_dial) {
+    two_lazy_pes j(GetParam());
+    if (!j.ok()) GTEST_SKIP() << j.why;
+    std::vector<std::string> failures;
+    j.m0->on_peer_failure([&](std::uint32_t p, const std::string& w) {
+        failures.push_back(std::to_string(p) + ": " + w);
+    });
+    int rc = 0;
+    sync_wait([](two_lazy_pes* t, int* r) -> task<void> {
+        co_await t->m0->establish();
+        t->m0->peer_gone(1, "PE 1 of 2 (pid 7) was killed by signal 9 (SIGKILL)");
+        *r = co_await t->m0->send(1, frame_header{}, {});
+        co_await t->m0->shutdown();
+        co_await t->m1->shutdown();
+    }(&j, &rc));
+    ASSERT_EQ(failures.size(), 1u);
+    EXPECT_EQ(failures[0], "1: PE 1 of 2 (pid 7) was killed by signal 9 (SIGKILL)");
+    EXPECT_EQ(rc, -ENOTCONN);
+    EXPECT_EQ(j.m0->state(1), connection_state::error);
 }
 
 INSTANTIATE_TEST_SUITE_P(backends, mesh_test,

@@ -677,6 +677,47 @@ TEST(wire_errors, every_status_has_a_name_and_a_text) {
     }
 }
 
+// peer_lost (launcher -> PE, CONNECT=lazy): the PE and the text, from the launcher only.
+TEST(wire_launcher, peer_lost_round_trips_and_comes_from_the_launcher_only) {
+    const decode_limits from_launcher{default_max_payload, 4, true};
+    const auto b = encode(peer_lost_payload{3, "PE 3 of 4 (pid 12) was killed by signal 9"});
+    ASSERT_EQ(b.size(), 8u + 41u);
+    EXPECT_EQ(std::vector<std::byte>(b.begin(), b.begin() + 8), bytes({3, 0, 0, 0, 0, 0, 0, 0}));
+    const auto d = decode_peer_lost(b, from_launcher);
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value.pe, 3u);
+    EXPECT_EQ(d.value.text, "PE 3 of 4 (pid 12) was killed by signal 9");
+    frame_header h = valid_header(frame_type::peer_lost);
+    h.source_pe = launcher_pe;
+    h.payload_length = static_cast<std::uint32_t>(b.size());
+    EXPECT_TRUE(validate_payload(h, b, from_launcher).ok());
+    h.source_pe = 1;
+    expect_error(validate_payload(h, b, from_launcher), decode_status::invalid_field,
+                 "peer_lost/source_pe", {"only the launcher (4294967295) reports a lost PE"});
+    expect_error(decode_peer_lost(encode(peer_lost_payload{4, ""}), from_launcher).error,
+                 decode_status::invalid_field, "peer_lost.pe", {"the job has 4 PEs"});
+    auto r = encode(peer_lost_payload{0, "x"});
+    r[4] = std::byte{1};
+    EXPECT_EQ(decode_peer_lost(r, from_launcher).error.status, decode_status::reserved_bits_set);
+    EXPECT_EQ(decode_peer_lost(std::span(r).first(7), from_launcher).error.status,
+              decode_status::payload_length_mismatch);
+}
+
+// connect_declined (CONNECT=lazy, both PEs dialed at once): an empty answer to a hello.
+TEST(wire_header, connect_declined_is_empty_with_no_flags_or_tag) {
+    EXPECT_EQ(frame_type_name(frame_type::connect_declined), "connect_declined");
+    EXPECT_EQ(allowed_flags(frame_type::connect_declined), 0);
+    EXPECT_FALSE(uses_tag(frame_type::connect_declined));
+    frame_header h = valid_header(frame_type::connect_declined);
+    h.payload_length = 0;
+    const auto head = encode_header(h);
+    EXPECT_TRUE(decode_header(head, decode_limits{default_max_payload, 4, false}).ok());
+    h.payload_length = 4;
+    EXPECT_EQ(
+        decode_header(encode_header(h), decode_limits{default_max_payload, 4, false}).error.status,
+        decode_status::payload_length_mismatch);
+}
+
 TEST(wire_payload, state_request_round_trips_and_rejects_unknown_wants) {
     const decode_limits lim{default_max_payload, 4, true};
     for (auto want : {state_want::progress, state_want::full}) {

@@ -5,6 +5,7 @@
 // get-done; a peer killed mid-rendezvous, as receiver and as sender, is reported naming it,
 // with no hang and (under ASan) no leak.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <cstring>
 #include <random>
@@ -162,20 +163,28 @@ TEST_P(rendezvous_provider, quarter_and_whole_gibibyte_messages_arrive_whole) {
 }
 
 // The handle of a large send stays live until get-done: PE 1 does not run its loop until
-// PE 0 has seen its send still open for a while, so nothing can have fetched it yet.
+// PE 0 has seen its send still open for a while, so nothing can have fetched it yet. PE 0
+// sends only once PE 1 has left its start-up (whose nested progress would serve the get:
+// seen once under load, PE 0's send completed within its 200 ms).
 TEST_P(rendezvous_provider, a_send_completes_only_at_get_done) {
-    int go[2];
+    int go[2], up[2];
     ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(up), 0);
     const auto r = run_pair(
         _opt,
         [&](node& n, const std::function<void()>&) {
             ::close(go[0]);
+            ::close(up[1]);
             // Whatever happens here, PE 1 is let go when this body ends: a failure must fail
             // the test, never leave PE 1 blocked on the pipe (the parent holds its other end).
             struct release_pe1 {
                 int fd;
                 ~release_pe1() { [[maybe_unused]] auto w = ::write(fd, "g", 1); }
             } guard{go[1]};
+            // Bounded: a PE 1 that died first never writes (the parent holds the pipe open).
+            pollfd started{up[0], POLLIN, 0};
+            char c;
+            if (::poll(&started, 1, 60'000) != 1 || ::read(up[0], &c, 1) != 1) return 44;
             void* m = alloc::msg_alloc(1 << 20);
             fill(m, 1 << 20, 0);
             recorded_send done;
@@ -191,12 +200,16 @@ TEST_P(rendezvous_provider, a_send_completes_only_at_get_done) {
         },
         [&](node& n, const std::function<void()>&) {
             ::close(go[1]);
+            ::close(up[0]);
+            if (::write(up[1], "u", 1) != 1) return 51;
             char c;
             if (::read(go[0], &c, 1) != 1) return 50;
             return receive_all(n, 0, {1 << 20});
         });
     ::close(go[0]);
     ::close(go[1]);
+    ::close(up[0]);
+    ::close(up[1]);
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
 }

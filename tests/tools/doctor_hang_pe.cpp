@@ -8,7 +8,8 @@
 //   rndv-unfetched   like endless-handler, then PE 0 sends PE 1 a 256 KiB message: a
 //                    rendezvous PE 1 never fetches, so PE 0 waits for its get-done
 //   healthy          PEs 0 and 1 (a job of 2) ping-pong until the file $DOCTOR_TEST_STOP
-//                    exists, then both exit 0
+//                    exists, then both exit 0; each writes past_barrier_pe<N> next to the
+//                    pid directory once it is past the start-up barrier
 //   slow-start       every PE sleeps 2.5 s before it starts the machine (as exec and
 //                    ASan's start can take on a loaded machine), then passes a barrier
 //                    and exits 0
@@ -70,6 +71,9 @@ coverse::task<void> main_task(coverse::machine& m) {
     coverse::message_stream& inbox = m.register_stream();
     const std::byte none[1] = {};
     co_await m.barrier();  // every PE has its handlers before any message is sent
+    if (g_mode == "healthy")
+        if (const char* dir = std::getenv("COVERSE_TEST_PID_DIR"))
+            std::ofstream(std::string(dir) + "/../past_barrier_pe" + std::to_string(pe)) << "\n";
 
     if (g_mode == "barrier") {
         if (pe + 1 == m.num_pes()) {

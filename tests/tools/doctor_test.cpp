@@ -213,10 +213,16 @@ TEST(doctor, a_rendezvous_the_receiver_never_fetches_waits_for_its_get_done) {
 
 TEST(doctor, sigquit_reports_a_healthy_job_with_no_cycle_and_lets_it_go_on) {
     job j({"-n", "2", "--report-to", "@report", hang_pe, "healthy"});
-    // Both PEs are past start-up once they wrote their pids.
+    // Both PEs past their start-up barrier, a collective of messages: caught in it, each
+    // waits for the other's message (a passing cycle; under CONNECT=lazy its first messages
+    // also wait for the pair's connection).
     const auto end = std::chrono::steady_clock::now() + 30s;
-    while (j.pe_pids().size() < 2 && std::chrono::steady_clock::now() < end)
+    auto past = [&] {
+        return fs::exists(j.path("past_barrier_pe0")) && fs::exists(j.path("past_barrier_pe1"));
+    };
+    while (!past() && std::chrono::steady_clock::now() < end)
         std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(past()) << j.dump();
     ASSERT_EQ(j.pe_pids().size(), 2u) << j.dump();
     ASSERT_EQ(::kill(j.pid(), SIGQUIT), 0);
     ASSERT_TRUE(j.wait_file(
@@ -225,7 +231,7 @@ TEST(doctor, sigquit_reports_a_healthy_job_with_no_cycle_and_lets_it_go_on) {
     const std::string r = j.file("report");
     EXPECT_TRUE(contains(r, "SIGQUIT")) << r;
     EXPECT_TRUE(contains(r, "cycles: none")) << r;
-    // A healthy job may be caught in a passing wait (its start-up barrier): only a cycle
+    // A healthy job may be caught in a passing wait (a message in flight): only a cycle
     // would be a hang.
     EXPECT_FALSE(contains(r, "no answer")) << r;
     std::ofstream(j.path("stop")) << "stop\n";

@@ -64,6 +64,8 @@ Options:
                      (3 attempts, backoff from 0.25 s)
   -v, ++verbose      report start-up, registrations and exits on stderr; every
                      PE prints its address and its path to each peer
+  --timings          at the end, say when every PE had started, when every PE had
+                     registered, and when the first and the last PE ended
   --prefix           tag each output line with "[PE i] "
   --bind             pin PE i to CPU i mod (CPUs this launcher may use); the program
                      argument +setcpuaffinity does the same
@@ -200,6 +202,8 @@ command_line parse(int argc, char** argv) {
         } else if (a == "++verbose" || a == "-v" || a == "--verbose") {
             cl.opts.verbose = true;
             cl.opts.extra_env.emplace_back("COVERSE_VERBOSE", "1");  // PE 0 prints its protocols
+        } else if (a == "--timings") {
+            cl.opts.timings = true;
         } else if (a == "--prefix") {
             cl.opts.prefix = true;
         } else if (a == "--bind") {

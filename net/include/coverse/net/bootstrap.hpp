@@ -96,6 +96,18 @@ public:
     void abort(int exit_code, std::string_view text) noexcept;
     int fd() const noexcept;
 
+    /// What the launcher says on its own: a PE of the job died (ON_PEER_LOST=report).
+    struct notice {
+        std::uint32_t pe = 0;
+        std::string text;  // how it ended, e.g. "PE 3 of 4 (pid 812) was killed by signal 9"
+    };
+    /// The notices that arrived, reading what the socket holds without blocking (call it
+    /// when fd() is readable, from the PE thread). Other frames read here wait for
+    /// read_line. Empty, reading nothing, while another thread holds the read side.
+    std::vector<notice> take_notices();
+    /// The launcher closed the connection (seen by take_notices or a read).
+    bool closed() const noexcept { return _eof; }
+
     const launch_info& info() const noexcept { return _info; }
     /// "the launcher (127.0.0.1:40211)"
     std::string launcher_name() const;
@@ -109,6 +121,9 @@ private:
     /// says what we were waiting for.
     std::optional<frame> receive(std::chrono::steady_clock::time_point deadline,
                                  std::string_view waiting_for);
+    /// The next whole frame among the bytes already read (notices set aside). Caller holds
+    /// _read_lock. Throws bootstrap_error on an invalid frame.
+    std::optional<frame> buffered_frame();
 
     launch_info _info;
     int _fd = -1;
@@ -122,6 +137,9 @@ private:
     std::vector<std::byte> _inbox;  // received bytes not yet fed to _reader
     std::size_t _inbox_used = 0;
     std::uint32_t _next_scan = 1;
+    std::vector<frame> _pending;   // frames take_notices read that someone else waits for
+    std::vector<notice> _notices;  // peer_lost notices not yet taken
+    bool _eof = false;
 };
 
 /// One host of a charmrun nodelist (`host NAME [++cpus N] [++shell CMD]`).
@@ -155,6 +173,9 @@ struct launch_options {
     /// Default CONNECTION_TIMEOUT (coverse-run passes net::connection_timeout_from_env()).
     std::chrono::milliseconds register_timeout{300000};
     bool verbose = false;
+    /// --timings: at the end, one line with the phases of the job's life as the launcher
+    /// saw them (every PE started, every PE registered, the first and the last exit).
+    bool timings = false;
     std::vector<std::pair<std::string, std::string>> extra_env;  // set in every PE
     /// The setting the registration-timeout error tells the user to raise.
     std::string timeout_setting = "CONNECTION_TIMEOUT";

@@ -52,6 +52,16 @@ struct peer_entry {
     friend bool operator==(const peer_entry&, const peer_entry&) = default;
 };
 
+/// One connection of a PE (its mesh's link_info, as text for the report).
+struct link_entry {
+    std::uint32_t pe = 0;
+    std::string state;    ///< "connected", "connecting", "error", ...
+    bool lazily = false;  ///< made on first use (CONNECT=lazy)
+    bool dialed = false;  ///< this PE dialed it (else it accepted)
+    double up_at = -1;    ///< seconds after the PE's mesh was made; negative: not up
+    friend bool operator==(const link_entry&, const link_entry&) = default;
+};
+
 struct handle_count {
     std::string protocol;  ///< "inline", "stream", later "rndv/get", "eager/short", ...
     std::uint32_t count = 0;
@@ -79,6 +89,8 @@ struct pe_state {
     std::vector<wait_entry> waits;
     std::vector<peer_entry> peers;  ///< every other PE
     std::string note;
+    std::string connect;            ///< the CONNECT setting, "lazy" or "eager" ("" no mesh)
+    std::vector<link_entry> links;  ///< its connections (made or being made)
     friend bool operator==(const pe_state&, const pe_state&) = default;
 };
 

@@ -1,13 +1,16 @@
-// mesh: the connection manager. Builds the full mesh of one job's PEs over a backend
-// (a fixed rule: each PE dials every lower rank and accepts every higher one, so each pair
-// has exactly one connection), checks every peer's hello (job key, protocol version, job
-// size), keeps one ordered send queue and one reader per connection, detects dead peers,
-// and runs the disconnect handshake so nothing in flight is lost at shutdown.
+// mesh: the connection manager. Connects one job's PEs over a backend, either all pairs at
+// start-up (CONNECT=eager: each PE dials every lower rank and accepts every higher one) or
+// each pair on its first frame (CONNECT=lazy: frames queue behind the dial; when both PEs
+// dial at once the lower rank's dial carries the pair and the other is declined), so each
+// pair has exactly one connection. It checks every peer's hello (job key, protocol
+// version, job size), keeps one ordered send queue and one reader per connection, detects
+// dead peers, and runs the disconnect handshake so nothing in flight is lost at shutdown.
 //
-// Stages of a connection: connecting (dial with backoff / accept) -> hello exchanged ->
-// connected (reader and writer tasks run) -> disconnecting (our disconnect frame queued
-// behind all data; waiting for the peer's) -> disconnected (both sides half-closed, EOF
-// seen, socket closed). Any unexpected EOF, reset or invalid frame -> error.
+// Stages of a connection: (lazy: idle, no connection yet) -> connecting (dial with backoff
+// / accept; lazy: frames queue) -> hello exchanged -> connected (reader and writer tasks
+// run) -> disconnecting (our disconnect frame queued behind all data; waiting for the
+// peer's) -> disconnected (both sides half-closed, EOF seen, socket closed). Any unexpected
+// EOF, reset or invalid frame, or a dial that gives up -> error.
 #pragma once
 
 #include <chrono>
@@ -37,8 +40,15 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-enum class connection_state { connecting, connected, disconnecting, disconnected, error };
+enum class connection_state { connecting, connected, disconnecting, disconnected, error, idle };
 const char* to_string(connection_state s) noexcept;
+
+/// When a job's connections are made (the CONNECT setting).
+enum class connect_mode : std::uint8_t {
+    eager,  ///< establish() connects every pair at start-up
+    lazy,   ///< a pair connects on its first frame; establish() only starts accepting
+};
+const char* to_string(connect_mode m) noexcept;
 
 /// The CONNECTION_TIMEOUT setting: 300 s unless the environment says otherwise. A value
 /// that is not a positive number of seconds is an error naming the variable.
@@ -97,6 +107,18 @@ struct mesh_config {
     /// A failed peer makes receive() throw once the inbox is drained (the job stops). False
     /// (ON_PEER_LOST=report): the other connections go on; on_peer_failure still reports it.
     bool peer_failure_ends_receive = true;
+    /// CONNECT: eager here, so a mesh made by hand connects fully in establish(); the
+    /// machine layer passes the setting (lazy by default).
+    connect_mode connect = connect_mode::eager;
+};
+
+/// One connection as the hang report and ++verbose describe it.
+struct link_info {
+    std::uint32_t pe = 0;
+    connection_state state = connection_state::idle;
+    bool lazily = false;  ///< made on first use, after start-up (CONNECT=lazy)
+    bool dialed = false;  ///< this PE dialed it (else it accepted the peer's dial)
+    double up_at = -1;    ///< seconds after the mesh was made that it came up; -1: not yet
 };
 
 /// One frame received from a peer.
@@ -115,15 +137,19 @@ public:
     mesh(const mesh&) = delete;
     mesh& operator=(const mesh&) = delete;
 
-    /// Connects to every peer and exchanges hellos. Throws mesh_error naming the peer, its
-    /// address and the cause: refused hello (job key, version, job size), no listener
-    /// within connect_timeout, or PEs that never connected.
+    /// Eager: connects to every peer and exchanges hellos. Throws mesh_error naming the
+    /// peer, its address and the cause: refused hello (job key, version, job size), no
+    /// listener within connect_timeout, or PEs that never connected.
+    /// Lazy: starts accepting and returns; a pair connects when either PE first sends to the
+    /// other. A dial that cannot finish within connect_timeout fails that peer (as a dead
+    /// one: on_peer_failure, queued frames -EPIPE) naming it, its address and the setting.
     task<void> establish();
 
     /// Queues a frame to `pe` behind everything sent to it before; completes when its
     /// bytes are in the kernel (the payload may then be reused). Returns 0 or -errno
     /// (-ENOTCONN when the connection is not up, -EINVAL for a bad PE). Frames of
-    /// different sends are never interleaved. Not cancellable once queued.
+    /// different sends are never interleaved. Not cancellable once queued. Lazy: the first
+    /// frame to a PE dials it, and frames wait in order until the connection is up.
     task<int> send(std::uint32_t pe, frame_header header, std::span<const std::byte> payload);
 
     /// Called once when a posted frame's bytes are in the kernel (0) or failed (-errno).
@@ -160,7 +186,14 @@ public:
     /// Installs the hook every frame passes first (see frame_hook); before establish().
     void set_frame_hook(frame_hook* hook) noexcept { _hook = hook; }
 
+    /// The launcher says `pe` died (its process ended). With no connection to it, it fails
+    /// now (on_peer_failure with `why`); a dial in progress stops; an open connection first
+    /// hands out what the PE sent before it died, then ends (at the latest after 2 s).
+    void peer_gone(std::uint32_t pe, const std::string& why);
+
     connection_state state(std::uint32_t pe) const;
+    /// Every connection made or being made, by PE.
+    std::vector<link_info> links() const;
     const mesh_config& config() const noexcept { return _cfg; }
     /// "PE 3 (127.0.0.1:40123)"
     std::string peer_name(std::uint32_t pe) const;
@@ -187,11 +220,23 @@ private:
 
     task<void> establish_all();
     task<void> accept_all(std::size_t expected);
-    task<void> accept_one(std::unique_ptr<stream> s);
     task<void> dial(std::uint32_t pe);
+    // Lazy connections.
+    connection* make_connection(std::uint32_t pe);
+    /// The connection frames to `pe` go on; lazy: made (and its dial started) on first use.
+    connection* route(std::uint32_t pe);
+    task<void> accept_loop();
+    task<void> accept_lazily(std::unique_ptr<stream> s);
+    task<void> dial_lazily(connection* c);
+    task<void> dial_steps(connection* c);
+    task<bool> dial_once(connection* c);
+    task<void> fail_unless_ended(connection* c, std::string why);
+    void start(connection* c);
+    /// "PE 3 (127.0.0.1:40123): we could not connect to it (last attempt: ...)"
+    std::string unreached(std::uint32_t pe) const;
     task<io_result<frame>> read_hello(stream& s, frame_reader& reader, std::vector<frame>& early);
     task<void> refuse(stream& s, const std::string& why);
-    void attach(std::uint32_t pe, std::unique_ptr<stream> s, frame_reader reader,
+    void attach(connection* c, std::unique_ptr<stream> s, frame_reader reader,
                 std::vector<frame> early);
     std::optional<std::string> check_hello(const frame& f, std::uint32_t expected_pe) const;
     /// One frame on a stream that has no writer yet (hello, refusal).
@@ -217,10 +262,12 @@ private:
     std::vector<std::unique_ptr<connection>> _conns;  // by PE; null for ourselves
     std::vector<int> _dial_errors;  // by PE: the last failed connect (-errno), for the report
     std::string _establish_error;   // first set-up failure
+    std::chrono::steady_clock::time_point _made = std::chrono::steady_clock::now();
+    bool _accepting = false;  // lazy: the listener takes dials and route() dials, until shutdown
     task_scope _tasks{"mesh"};
 
     static std::byte* place_payload(void* connection, const frame_header& h) noexcept;
-    static bool writable(const connection* c) noexcept;
+    bool writable(const connection* c) const noexcept;
     frame_hook* _hook = nullptr;
 
     std::deque<received> _inbox;

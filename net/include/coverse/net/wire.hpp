@@ -123,9 +123,14 @@ enum class frame_type : std::uint8_t {
     eager_channel = 31,  // eager_channel_payload: an eager channel opens, closes or is refused
     eager_data = 32,     // a message for the receiver's eager slots over a connection (spends
                          // one of the sender's credits; the reader places it in a free slot)
+    // Connections made on first use (CONNECT=lazy, net/mesh.hpp). Neither travels in rings.
+    connect_declined = 33,  // empty, the answer to a hello: both PEs dialed at once and the
+                            // lower rank's dial carries the pair; this connection closes
+    peer_lost = 34,         // peer_lost_payload prefix + text (launcher -> PE): a PE of the
+                            // job died; every PE hears it, connected to that PE or not
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 32;
+inline constexpr std::uint8_t last_frame_type = 34;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
@@ -410,6 +415,16 @@ struct node_record {
     friend bool operator==(const node_record&, const node_record&) = default;
 };
 
+/// peer_lost: the launcher tells every PE that one PE died (ON_PEER_LOST=report): under
+/// CONNECT=lazy a PE hears of a death through its own connection only if it has one.
+struct peer_lost_payload {
+    std::uint32_t pe = 0;                        // @0 u32: the PE that died, < num_pes
+                                                 // @4 u32 reserved
+    std::string_view text;                       // @8 .. end: how it ended; views the payload
+    static constexpr std::size_t wire_size = 8;  // the fixed prefix
+    friend bool operator==(const peer_lost_payload&, const peer_lost_payload&) = default;
+};
+
 enum class state_want : std::uint32_t { progress = 1, full = 2 };
 
 /// state_request: the launcher asks a PE for its state (the hang report, docs/doctor.md).
@@ -455,6 +470,8 @@ struct node_table_payload {
 [[nodiscard]] std::vector<std::byte> encode(const abort_payload& p);
 /// Prefix and IP text together.
 [[nodiscard]] std::vector<std::byte> encode(const register_node_payload& p);
+/// Prefix and text together.
+[[nodiscard]] std::vector<std::byte> encode(const peer_lost_payload& p);
 /// Prefix and blob together.
 [[nodiscard]] std::vector<std::byte> encode(const rdma_address_payload& p);
 /// A node table with these records (status ok). Records are written as given; the
@@ -495,6 +512,9 @@ struct node_table_payload {
     std::span<const std::byte> bytes, const decode_limits& limits) noexcept;
 [[nodiscard]] decoded<abort_payload> decode_abort(std::span<const std::byte> bytes,
                                                   const decode_limits& limits) noexcept;
+/// Checks pe < num_pes and reserved; the text views `bytes`.
+[[nodiscard]] decoded<peer_lost_payload> decode_peer_lost(std::span<const std::byte> bytes,
+                                                          const decode_limits& limits) noexcept;
 /// Checks reserved, protocol_version >= 1, node < num_pes, 1 <= pe_count <= num_pes - node,
 /// data_port != 0, and the IP text.
 [[nodiscard]] decoded<register_node_payload> decode_register_node(

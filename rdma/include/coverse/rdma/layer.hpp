@@ -5,13 +5,20 @@
 // it messages with a typed completion and gets back one upcall per complete message, in the
 // order each peer sent them, whatever path each took.
 //
-// Stages: prepare (before the launcher's node table: this PE's rings and doorbell exist
-// before any peer maps them) -> attach (the mesh, before it connects: the layer sees every
-// frame first) -> connect (after the mesh is up: map the rings we write to,
-// pick a provider per peer, exchange provider address blobs; once every peer's blob is
-// here every peer has mapped our rings, so their names go) -> running -> drain (no
-// rendezvous left in flight; the mesh's disconnect handshake serves what peers still
-// started) -> close.
+// Stages: prepare (providers, this PE's doorbell) -> attach (the mesh, before it connects:
+// the layer sees every frame first) -> connect (the node table: who shares this host;
+// CONNECT=eager sets up every peer now and waits, lazy each peer on first use) -> running
+// -> drain (no rendezvous left in flight; the mesh's disconnect handshake serves what peers
+// still started) -> close.
+//
+// Set-up with one peer (on the first send to it, or its offer, whichever comes first):
+// create our ring for what it sends us (same host) -> offer it the provider to read us with
+// (stage 1, on the connection, which the mesh dials on this first frame) -> its offer
+// arrives: map its ring for us, answer with our verdict (stage 2) -> its verdict arrives:
+// it mapped our ring, whose name goes -> ready: the sends that waited go, in order, and
+// from then on every message takes the ring or the connection directly. Until ready nothing
+// goes to that peer but the set-up frames and the layer's control frames (try_send_now
+// refuses it, send() queues behind the set-up).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +68,8 @@ public:
     [[noreturn]] virtual void on_fatal(const std::string& text) = 0;
     /// A one-time note for the user (a provider fallback), printed through the launcher.
     virtual void on_notice(const std::string& text) = 0;
+    /// The set-up with `pe` is done (stream path and providers chosen; path_to() says which).
+    virtual void on_peer_ready(std::uint32_t pe) { (void)pe; }
 
 protected:
     ~upcalls() = default;
@@ -109,6 +118,8 @@ struct layer_config {
     /// EAGER_LONG_BUFFERS / EAGER_LONG_BUFFER_SIZE: a persistent handle's channel.
     std::uint32_t eager_long_buffers = 3;
     std::uint32_t eager_long_bytes = 1u << 20;
+    /// CONNECT=lazy: each peer is set up on first use; false: connect() sets up all.
+    bool lazy = false;
 
     /// Reads every setting above from the registry (rank, num_pes, job_key stay).
     static layer_config from_settings();
@@ -121,15 +132,21 @@ public:
     layer(const layer&) = delete;
     layer& operator=(const layer&) = delete;
 
-    /// Creates this PE's rings (one per peer, for what it sends us) and doorbell. A PE
-    /// without shared memory says so and uses TCP both ways. Call before the node table.
+    /// Makes the providers and this PE's doorbell (the rings come with each peer's set-up).
+    /// A PE without shared memory says so and uses TCP both ways.
     void prepare();
     /// The connection mesh to every peer: installs the layer as its frame hook. Before
     /// the mesh's establish(), so no frame passes the layer by.
     void attach(net::mesh& mesh);
-    /// Maps the rings of same-host peers, picks a provider per peer, and exchanges address
-    /// blobs with every peer. Blocks (nested progress) until every peer's blob arrived.
+    /// Learns who shares this host. Eager (layer_config::lazy false): sets up every peer and
+    /// blocks (nested progress) until each is ready. Lazy: returns; a peer is set up by the
+    /// first send to it or by its offer.
     void connect(std::span<const peer_info> peers);
+    /// Whether the set-up with `pe` is done (sends to it go straight to their path).
+    bool ready(std::uint32_t pe) const noexcept;
+    /// Starts the set-up with `pe` if it has not begun, and completes once it is done or the
+    /// peer is lost: a one-sided transfer needs the provider the set-up picks. Cancellable.
+    task<void> until_ready(std::uint32_t pe);
 
     /// Sends one message to `dest` (not this PE). The buffer stays valid until
     /// `done->sent()`; `done` may be called before send() returns.
@@ -150,6 +167,9 @@ public:
     void drain();
     /// Unmaps rings, stops the layer's tasks, releases providers. After the mesh shut down.
     void close();
+    /// Removes this PE's shared-memory names (doorbell, rings not yet mapped) without
+    /// closing anything: for a PE about to exit at once (CmiAbort).
+    void unlink_names() noexcept;
 
     /// A peer died: fail what is in flight with it (the machine core decides what follows).
     void peer_lost(std::uint32_t pe);
@@ -219,6 +239,10 @@ private:
     struct impl;
     std::unique_ptr<impl> _impl;
     counters _stats;
+
+    /// send() to a peer whose set-up is done: the path by size and peer.
+    void send_direct(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
+                     std::uint32_t root, send_completion* done);
 
     std::byte* place(std::uint32_t pe, const net::frame_header& header) noexcept override;
     bool take(std::uint32_t pe, net::frame& f) override;

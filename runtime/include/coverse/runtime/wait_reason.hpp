@@ -24,8 +24,9 @@ enum class wait_kind : std::uint8_t {
     cth_thread = 8,    ///< a Cth thread suspended in handler `id`
     connect = 9,       ///< connection set-up with `peer`
     timer = 10,        ///< a sleep or timed callback
+    exit_vote = 11,    ///< ConverseExit's exit vote (CONNECT=lazy); `peer`: whose word is due
 };
-inline constexpr unsigned wait_kind_count = 11;
+inline constexpr unsigned wait_kind_count = 12;
 
 /// "credits", "get-done", "barrier", ... ("other" for numbers this build does not know).
 constexpr const char* wait_kind_name(wait_kind k) noexcept {
@@ -52,6 +53,8 @@ constexpr const char* wait_kind_name(wait_kind k) noexcept {
             return "connect";
         case wait_kind::timer:
             return "timer";
+        case wait_kind::exit_vote:
+            return "exit-vote";
     }
     return "other";
 }
