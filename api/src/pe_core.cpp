@@ -387,6 +387,9 @@ task<void> pe_core::watch_launcher(pe_core* self) {
         } catch (const cancelled_error&) {
             co_return;
         }
+        // Shutdown closes the launcher connection before the scheduler stops this task: a
+        // poll that fires in between finds no connection to read.
+        if (self->_shut_down || !self->_launcher) co_return;
         for (const auto& n : self->_launcher->take_notices())
             self->on_launcher_notice(n.pe, n.text);
         if (self->_launcher->closed()) co_return;

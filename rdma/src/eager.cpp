@@ -489,6 +489,13 @@ void layer::impl::eager_drop_tx(std::uint32_t dest, eager_tx* c) {
 void layer::impl::on_persistent_request(std::uint32_t from,
                                         const net::persistent_request_payload& r) {
     peer& p = peers[from];
+    if (!p.ready) {
+        // The requester is set up (its request left by its ring or after its set-up) and
+        // chose its paths; deciding before ours are known would offer buffers where it does
+        // not look. Answered when the set-up completes (setup_check).
+        p.early_requests.push_back(r);
+        return;
+    }
     eager_rx* c = nullptr;
     if (cfg.eager_long_buffers > 0 && p.in_ring && p.out_ring) {
         const auto cap =

@@ -171,6 +171,8 @@ void layer::impl::setup_check(std::uint32_t p) {
         self.send_direct(p, h.buf, h.size, h.broadcast, h.root, h.done);
     }
     q.sendable = true;
+    for (const auto& r : std::exchange(q.early_requests, {}))
+        on_persistent_request(p, r);
     if (q.ready_event) q.ready_event->set();
     shm_update_rings_only();
     if (!refusals.empty() && !refusals_said) {

@@ -173,6 +173,10 @@ struct peer {
     std::unique_ptr<tcp_tx> tcp_out;  // its slots for us: the credits we hold
     std::vector<std::unique_ptr<tcp_rx>> tcp_long;  // our long buffers for its persistent handles
     bool eager_refused = false;
+    // Persistent requests that came before the pair was set up here: where the buffers go
+    // (shared memory or our own memory over the connection) follows the pair's paths, which
+    // the requester already knows and we do not yet (on_persistent_request).
+    std::vector<net::persistent_request_payload> early_requests;
     std::uint64_t window_start_ns = 0;
     std::uint32_t window_count = 0;
 };
