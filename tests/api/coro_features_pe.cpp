@@ -243,6 +243,29 @@ coverse::task<void> when_all_test(coverse::machine& m, streams st) {
         const auto x = got.as<std::uint32_t>(), y = second.as<std::uint32_t>();
         EXPECT(x == prev && y == prev + 1000, "when_all ring %u %u", pe, x, y);
     }
+    // machine::send's send_op where tasks are wanted (when_all, a vector of tasks), and one
+    // dropped unawaited: that message is never sent (the next one to arrive is the later).
+    {
+        auto one = [&](std::uint32_t v) {
+            coverse::message msg = coverse::message::allocate(ring.handler(), sizeof v);
+            std::memcpy(msg.payload().data(), &v, sizeof v);
+            return m.send(next, std::move(msg));
+        };
+        {
+            coverse::send_op dropped = one(me + 2000);
+            (void)dropped;
+        }
+        std::vector<coverse::task<void>> sends;
+        sends.push_back(one(me + 3000));
+        co_await coverse::when_all(std::move(sends));
+        auto [sent, got] =
+            co_await coverse::when_all(coverse::task<void>(one(me + 4000)), ring.next());
+        (void)sent;
+        coverse::message last = co_await ring.next();
+        const auto x = got.as<std::uint32_t>(), y = last.as<std::uint32_t>();
+        EXPECT(x == prev + 3000 && y == prev + 4000,
+               "send_ops as tasks gave %u %u (%u: a dropped send_op went)", pe, x, y, prev + 2000);
+    }
 }
 
 // bounded stream: capacity 2 per sender

@@ -263,6 +263,45 @@ private:
     std::vector<std::unique_ptr<semaphore>> _credits;
 };
 
+/// What `machine::send(pe, message)` gives: awaiting it sends the message. A small one that
+/// fits the peer's ring or eager slot (and has a stream credit, if its stream is bounded)
+/// goes within the `co_await` itself, without a coroutine frame; any other runs the send as
+/// a task. It converts to `task<void>` for what takes tasks (when_all, spawn, catch_lost, a
+/// vector of tasks). Like a task it is lazy: nothing is sent until it is awaited, and
+/// dropping it unawaited frees the message unsent.
+class [[nodiscard]] send_op {
+public:
+    send_op(machine& m, std::uint32_t pe, message msg) noexcept
+        : _m(&m), _pe(pe), _msg(std::move(msg)) {}
+    send_op(send_op&&) noexcept = default;
+    send_op& operator=(send_op&&) = delete;
+
+    /// Sends now when it can (true); else prepares the task that await_suspend starts.
+    /// Throws as the send would (std::out_of_range, std::invalid_argument, peer_lost).
+    bool await_ready();
+    template <class P>
+    auto await_suspend(std::coroutine_handle<P> caller) noexcept {
+        return task<void>::awaiter{_slow.handle()}.await_suspend(caller);
+    }
+    void await_resume() {
+        if (_slow.valid()) _slow.handle().promise().take();
+    }
+    /// The same send as a task (started when that task is awaited).
+    operator task<void>() &&;
+
+private:
+    static task<void> run(send_op op);
+    machine* _m;
+    std::uint32_t _pe;
+    message _msg;
+    task<void> _slow;
+};
+
+/// catch_lost for a send: `co_await catch_lost(m.send(pe, std::move(msg)))`.
+inline task<or_lost<void>> catch_lost(send_op op) {
+    return catch_lost(task<void>(std::move(op)));
+}
+
 /// This process's PE. Obtained from `coverse::run` (or `machine::current()` once the
 /// runtime is up, also under ConverseInit).
 class machine {
@@ -288,13 +327,18 @@ public:
     message_stream& register_stream(std::uint32_t capacity = default_stream_capacity);
 
     /// Sends `msg` (handler already set) to `pe`, taking ownership: no copy is made, and
-    /// the task completes once the message has gone (in the kernel or the peer's ring; for
+    /// the await completes once the message has gone (in the kernel or the peer's ring; for
     /// a large one, when the receiver's get finished). To a bounded stream it first waits
     /// for a credit (cancellable: nothing is sent then). Throws std::out_of_range for a PE
-    /// outside the job.
-    task<void> send(std::uint32_t pe, message msg);
+    /// outside the job. Returns a send_op (a task<void> where one is wanted).
+    send_op send(std::uint32_t pe, message msg) noexcept {
+        return send_op(*this, pe, std::move(msg));
+    }
     /// Same, setting the handler first.
-    task<void> send(std::uint32_t pe, int handler, message msg);
+    send_op send(std::uint32_t pe, int handler, message msg) noexcept {
+        if (msg) msg.set_handler(handler);
+        return send_op(*this, pe, std::move(msg));
+    }
     /// Sends a whole message (header included, handler set) from the caller's buffer.
     /// Completes when `msg` may be reused. (To a bounded stream it goes as a copy.)
     task<void> send(std::uint32_t pe, std::span<const std::byte> msg);
@@ -406,6 +450,7 @@ public:
 private:
     friend class detail::pe_core;
     friend class message_stream;
+    friend class send_op;
     explicit machine(detail::pe_core& c);
     ~machine();
     /// One collective's part: its number and, for two-step ones (allreduce: a reduce, then a
@@ -463,6 +508,10 @@ private:
     /// Sends `bytes` (a whole message) and waits until it went; peer_lost if `pe` is or
     /// becomes lost first.
     task<void> send_bytes(std::uint32_t pe, std::span<const std::byte> bytes);
+    /// send_op's halves: the frameless attempt (true: gone; `credited`: a stream credit is
+    /// held for it), and the rest as a task.
+    bool send_at_once(std::uint32_t pe, message& msg, bool& credited);
+    task<void> send_rest(std::uint32_t pe, message msg, bool credited);
     void check_not_lost(std::uint32_t pe, const char* what) const;
     void check_pe(std::uint32_t pe, const char* what) const;
     message_stream* stream_for(int handler) noexcept;
