@@ -84,6 +84,43 @@ TEST_F(scope_test, request_stop_cancels_waiting_tasks_without_reporting_failure)
     EXPECT_EQ(failures, 0);
 }
 
+task<void> wait_for(event& e, int* woken, int* cancelled) {
+    try {
+        co_await e.wait();
+        ++*woken;
+    } catch (const cancelled_error&) {
+        ++*cancelled;
+    }
+}
+
+// A stop cancels the waits of its own scope's tasks only (each scope's stop hook finds its
+// token's waits in the scheduler's stop list), a wait woken before the stop still completes,
+// and no wait stays linked once its task ended.
+TEST_F(scope_test, a_stop_cancels_its_own_scopes_waits_only) {
+    int woken = 0, cancelled = 0;
+    sync_wait([](int* w, int* c) -> task<void> {
+        event a, b, early;
+        task_scope stopped("stopped"), kept("kept");
+        for (int i = 0; i < 3; ++i) {
+            stopped.spawn(wait_for(a, w, c), "stopped waiter");
+            kept.spawn(wait_for(b, w, c), "kept waiter");
+        }
+        stopped.spawn(wait_for(early, w, c), "woken before the stop");
+        co_await yield();
+        early.set();  // woken (queued to run), not yet resumed when the stop comes
+        stopped.request_stop();
+        co_await stopped.join();
+        EXPECT_EQ(*c, 3);
+        EXPECT_EQ(*w, 1);
+        EXPECT_EQ(kept.live(), 3u);
+        b.set();
+        co_await kept.join();
+        EXPECT_TRUE(scheduler::this_thread().stop_waits().empty());
+    }(&woken, &cancelled));
+    EXPECT_EQ(woken, 4);
+    EXPECT_EQ(cancelled, 3);
+}
+
 TEST_F(scope_test, destroying_an_unjoined_scope_is_reported) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <coverse/runtime/detail/stop_wait.hpp>
 #include <coverse/runtime/task.hpp>
 
 namespace coverse {
@@ -65,6 +66,7 @@ private:
     std::string _name;
     std::stop_source _stop_source;
     std::stop_token _stop_token;
+    detail::stop_hook _stop_hook{_stop_token};  // cancels the waits of our tasks on a stop
     std::size_t _live = 0;
     record* _records = nullptr;
     std::vector<std::coroutine_handle<>> _joiners;

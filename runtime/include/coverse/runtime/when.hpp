@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include <coverse/runtime/detail/stop_wait.hpp>
 #include <coverse/runtime/task.hpp>
 
 namespace coverse {
@@ -29,6 +30,7 @@ struct join_state {
     bool stop_on_first = false;  // when_any: the first finisher stops the rest
     std::stop_source stop;
     std::stop_token token = stop.get_token();
+    stop_hook hook{token};  // cancels the children's waits when `stop` is requested
 
     /// The parent's arrival: suspends unless every child already finished.
     auto wait() noexcept {

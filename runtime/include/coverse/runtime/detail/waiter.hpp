@@ -91,9 +91,16 @@ public:
         sched = &scheduler::this_thread();
         st = state::waiting;
         derived().enqueue();
-        if (tok && tok->stop_possible()) _on_stop.emplace(*tok, canceller{this});
+        if (tok && tok->stop_possible()) {
+            _on_stop.token = tok;
+            _on_stop.cancel = &cancellable_wait::cancel_by_stop;
+            _on_stop.owner = this;
+            sched->stop_waits().push(&_on_stop);
+        }
         return true;
     }
+
+    ~cancellable_wait() { leave_stop_list(); }
 
 protected:
     /// For the derived awaiter's destructor: a frame destroyed while it waits (its task
@@ -111,28 +118,21 @@ protected:
     }
 
 private:
-    struct canceller {
-        cancellable_wait* self;
-        void operator()() const noexcept { self->cancel(); }
-    };
-    void cancel() noexcept {
-        if (scheduler::current() != sched) wrong_thread_stop();
-        if (st != state::waiting) return;
-        derived().dequeue();
-        st = state::cancelled;
-        sched->schedule(handle);
+    // The stop hook of the token's source found this wait in its scheduler's stop list
+    // (detail/stop_wait.hpp) and unlinked it.
+    static void cancel_by_stop(stop_wait* w) noexcept {
+        auto* self = static_cast<cancellable_wait*>(w->owner);
+        if (self->st != state::waiting) return;
+        self->derived().dequeue();
+        self->st = state::cancelled;
+        self->sched->schedule(self->handle);
+    }
+    void leave_stop_list() noexcept {
+        if (_on_stop.token) sched->stop_waits().remove(&_on_stop);
     }
     Derived& derived() noexcept { return static_cast<Derived&>(*this); }
-    [[noreturn]] static void wrong_thread_stop() noexcept {
-        std::fputs(
-            "coverse: a stop was requested from a thread other than the waiting task's "
-            "scheduler; request stops on that scheduler (scheduler::post a lambda that "
-            "calls request_stop)\n",
-            stderr);
-        std::abort();
-    }
 
-    std::optional<std::stop_callback<canceller>> _on_stop;
+    stop_wait _on_stop;
 };
 
 }  // namespace coverse::detail
