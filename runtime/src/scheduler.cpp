@@ -115,10 +115,6 @@ scheduler* scheduler::current() noexcept {
     return t_current;
 }
 
-void detail::cancel_stop_waits(const std::stop_token* token) noexcept {
-    if (scheduler* s = t_current) s->stop_waits().cancel_all(token);
-}
-
 scheduler& scheduler::this_thread() noexcept {
     if (!t_current) {
         std::fprintf(stderr,

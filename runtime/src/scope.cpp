@@ -96,7 +96,7 @@ task_scope::runner task_scope::run(task<void> t) {
 }
 
 task_scope::task_scope(std::string name)
-    : _name(std::move(name)), _stop_token(_stop_source.get_token()) {}
+    : _name(std::move(name)), _stop(_stop_source.get_token()) {}
 
 task_scope::~task_scope() {
     if (_live > 0) {
@@ -117,7 +117,7 @@ void task_scope::spawn(task<void> t, std::string name, scheduler& on) {
     auto& p = r.h.promise();
     p.scope = this;
     p.rec.name = std::move(name);
-    p.set_stop(&_stop_token);
+    p.set_stop(&_stop);
     // Link at the front of the live list.
     p.rec.next = _records;
     if (_records) _records->prev = &p.rec;

@@ -93,8 +93,8 @@ task<void> wait_for(event& e, int* woken, int* cancelled) {
     }
 }
 
-// A stop cancels the waits of its own scope's tasks only (each scope's stop hook finds its
-// token's waits in the scheduler's stop list), a wait woken before the stop still completes,
+// A stop cancels the waits of its own scope's tasks only (each scope's stop anchor holds the
+// waits under its token), a wait woken before the stop still completes,
 // and no wait stays linked once its task ended.
 TEST_F(scope_test, a_stop_cancels_its_own_scopes_waits_only) {
     int woken = 0, cancelled = 0;
@@ -115,7 +115,8 @@ TEST_F(scope_test, a_stop_cancels_its_own_scopes_waits_only) {
         EXPECT_EQ(kept.live(), 3u);
         b.set();
         co_await kept.join();
-        EXPECT_TRUE(scheduler::this_thread().stop_waits().empty());
+        EXPECT_FALSE(kept.waiting_for_stop());
+        EXPECT_FALSE(stopped.waiting_for_stop());
     }(&woken, &cancelled));
     EXPECT_EQ(woken, 4);
     EXPECT_EQ(cancelled, 3);

@@ -508,10 +508,12 @@ private:
     /// Sends `bytes` (a whole message) and waits until it went; peer_lost if `pe` is or
     /// becomes lost first.
     task<void> send_bytes(std::uint32_t pe, std::span<const std::byte> bytes);
-    /// send_op's halves: the frameless attempt (true: gone; `credited`: a stream credit is
-    /// held for it), and the rest as a task.
-    bool send_at_once(std::uint32_t pe, message& msg, bool& credited);
-    task<void> send_rest(std::uint32_t pe, message msg, bool credited);
+    /// send_op's halves: the frameless attempt (true: gone; else `wait`: the stream credit
+    /// still to wait for, if any), and the rest as a task.
+    bool send_at_once(std::uint32_t pe, message& msg, semaphore*& wait);
+    task<void> send_rest(std::uint32_t pe, message msg, semaphore* wait);
+    void mark_credited(message& msg) const noexcept;
+    bool send_small(std::uint32_t pe, message& msg);
     void check_not_lost(std::uint32_t pe, const char* what) const;
     void check_pe(std::uint32_t pe, const char* what) const;
     message_stream* stream_for(int handler) noexcept;

@@ -19,7 +19,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <coverse/runtime/detail/stop_wait.hpp>
 #include <coverse/runtime/reactor.hpp>
 #include <coverse/runtime/wait_reason.hpp>
 
@@ -101,8 +100,6 @@ public:
 
     /// The scheduler of the calling thread, or null.
     static scheduler* current() noexcept;
-    /// Waits on this scheduler that a stop may cancel (detail/stop_wait.hpp).
-    detail::stop_wait_list& stop_waits() noexcept { return _stop_waits; }
     /// The scheduler of the calling thread; aborts with a clear message when there is none
     /// (a coverse awaitable used outside `sync_wait` or a scheduler's loop).
     static scheduler& this_thread() noexcept;
@@ -276,7 +273,6 @@ private:
     std::unique_ptr<task_scope> _root;
     counters _stats;
     wait_registry _waits;
-    detail::stop_wait_list _stop_waits;
 };
 
 /// Marks the running code as a user-handler delivery for its lifetime (the facade wraps

@@ -48,6 +48,8 @@ public:
     /// Asks every spawned task to stop (their cancellable waits throw cancelled_error).
     /// Call it on the scheduler's thread (from a task, a timer or a scheduler::post).
     void request_stop() noexcept { _stop_source.request_stop(); }
+    /// Whether a task of this scope is in a cancellable wait (diagnostics and tests).
+    bool waiting_for_stop() const noexcept { return !_stop.waits.empty(); }
     std::size_t live() const noexcept { return _live; }
     const std::string& name() const noexcept { return _name; }
     /// Names of the running tasks, comma separated (for diagnostics).
@@ -65,8 +67,7 @@ private:
 
     std::string _name;
     std::stop_source _stop_source;
-    std::stop_token _stop_token;
-    detail::stop_hook _stop_hook{_stop_token};  // cancels the waits of our tasks on a stop
+    detail::stop_anchor _stop;  // its token, and our tasks' waits that a stop cancels
     std::size_t _live = 0;
     record* _records = nullptr;
     std::vector<std::coroutine_handle<>> _joiners;

@@ -16,6 +16,8 @@
 #include <variant>
 #include <vector>
 
+#include <coverse/runtime/detail/stop_wait.hpp>
+
 namespace coverse {
 
 /// Thrown by a cancellable wait (sleep, event, semaphore, channel) whose stop token was
@@ -141,9 +143,9 @@ public:
                 --_counts[c];
                 return f;
             }
-            return ::operator new((c + 1) * granule);
+            return fresh((c + 1) * granule);
         }
-        return ::operator new(n);
+        return fresh(n);
     }
 
     void release(void* p, std::size_t n) noexcept {
@@ -160,6 +162,9 @@ private:
     struct node {
         node* next;
     };
+    // Out of line: g++ 12, seeing ::operator new inlined into a frame's allocation and the
+    // promise's own operator delete at its end, warns of a mismatched pair (a false alarm).
+    [[gnu::noinline]] static void* fresh(std::size_t n) { return ::operator new(n); }
     node* _heads[classes] = {};
     unsigned _counts[classes] = {};
     bool _alive = true;  // frames freed during thread teardown bypass the cache
@@ -197,11 +202,13 @@ public:
     /// The stop token of the operation this frame belongs to. A pointer, not a copy: the
     /// token lives in an ancestor frame (with_timeout, when_any, a scope) that outlives
     /// this one, and copying a std::stop_token costs two atomic operations per await.
-    const std::stop_token* stop() const noexcept { return _stop; }
-    void set_stop(const std::stop_token* s) noexcept { _stop = s; }
+    const std::stop_token* stop() const noexcept { return _stop ? &_stop->token : nullptr; }
+    /// The token with the waits under it (detail/stop_wait.hpp).
+    stop_anchor* stop_anchor_of() const noexcept { return _stop; }
+    void set_stop(stop_anchor* s) noexcept { _stop = s; }
 
 protected:
-    const std::stop_token* _stop = nullptr;
+    stop_anchor* _stop = nullptr;
 };
 
 template <class P>
@@ -210,7 +217,7 @@ inline constexpr bool has_stop_v = std::is_base_of_v<promise_base, P>;
 /// Copies the awaiting coroutine's stop token into the awaited one, when both have one.
 template <class Caller>
 void inherit_stop(promise_base& callee, std::coroutine_handle<Caller> caller) noexcept {
-    if constexpr (has_stop_v<Caller>) callee.set_stop(caller.promise().stop());
+    if constexpr (has_stop_v<Caller>) callee.set_stop(caller.promise().stop_anchor_of());
 }
 
 class task_promise_base : public promise_base {

@@ -29,8 +29,7 @@ struct join_state {
     std::size_t winner = static_cast<std::size_t>(-1);
     bool stop_on_first = false;  // when_any: the first finisher stops the rest
     std::stop_source stop;
-    std::stop_token token = stop.get_token();
-    stop_hook hook{token};  // cancels the children's waits when `stop` is requested
+    stop_anchor anchor{stop.get_token()};  // the children's token and their waits
 
     /// The parent's arrival: suspends unless every child already finished.
     auto wait() noexcept {
@@ -84,7 +83,7 @@ public:
     void start(join_state& st) {
         auto h = std::exchange(_h, {});
         h.promise().st = &st;
-        h.promise().set_stop(&st.token);
+        h.promise().set_stop(&st.anchor);
         h.resume();
     }
 

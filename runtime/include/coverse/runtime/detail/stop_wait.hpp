@@ -1,27 +1,30 @@
-// Cancellation of waits by stop token without a std::stop_callback per wait. A wait that
-// honours its task's stop token links itself into its scheduler's stop_wait_list; the owner
-// of the stop_source (a task_scope, when_all's join state) holds one stop_hook, whose single
-// std::stop_callback cancels the current scheduler's waits on that token. Registering a
-// std::stop_callback per wait cost two locked read-modify-writes on the way in and two on
-// the way out, on every receive of a ping-pong (docs/coroutines.md, "Costs").
+// Cancellation of waits by stop token without a std::stop_callback per wait. The owner of a
+// stop_source whose token reaches tasks (a task_scope, when_all's join state) holds a
+// stop_anchor: the token, the list of waits under it, and one std::stop_callback that
+// cancels them. Promises point at the anchor, so a wait links into its own token's list
+// (two pointer writes) instead of registering a std::stop_callback, which cost two locked
+// read-modify-writes on the way in and two on the way out, on every receive of a
+// ping-pong (docs/coroutines.md, "How it works").
 #pragma once
 
 #include <stop_token>
+#include <utility>
 
 namespace coverse::detail {
 
 struct stop_wait {
     stop_wait* prev = nullptr;
     stop_wait* next = nullptr;
-    const std::stop_token* token = nullptr;  // set while linked
+    class stop_wait_list* list = nullptr;  // set while linked
     void (*cancel)(stop_wait*) noexcept = nullptr;
     void* owner = nullptr;  // for `cancel`: the wait this is part of
 };
 
-/// One scheduler's waits that a stop may cancel (same-thread, like the scheduler).
+/// The waits under one stop token; same-thread, like the primitives they wait on.
 class stop_wait_list {
 public:
     void push(stop_wait* w) noexcept {
+        w->list = this;
         w->prev = nullptr;
         w->next = _head;
         if (_head) _head->prev = w;
@@ -34,17 +37,13 @@ public:
             _head = w->next;
         if (w->next) w->next->prev = w->prev;
         w->prev = w->next = nullptr;
-        w->token = nullptr;
+        w->list = nullptr;
     }
-    /// Unlinks and cancels every wait on `token`.
-    void cancel_all(const std::stop_token* token) noexcept {
-        for (stop_wait* w = _head; w != nullptr;) {
-            stop_wait* next = w->next;
-            if (w->token == token) {
-                remove(w);
-                w->cancel(w);
-            }
-            w = next;
+    /// Unlinks and cancels every wait.
+    void cancel_all() noexcept {
+        while (stop_wait* w = _head) {
+            remove(w);
+            w->cancel(w);
         }
     }
     bool empty() const noexcept { return _head == nullptr; }
@@ -53,24 +52,23 @@ private:
     stop_wait* _head = nullptr;
 };
 
-/// Cancels the calling thread's scheduler's waits on `token` (stop callbacks run on the
-/// thread that requests the stop: request it on the tasks' scheduler, as waiter.hpp says).
-void cancel_stop_waits(const std::stop_token* token) noexcept;
-
-/// Held next to a stop_source whose token is handed to tasks; must be declared after the
-/// token (it refers to it) and so destroyed before it.
-class stop_hook {
+/// A stop token handed to tasks, with the waits under it. Lives beside its stop_source
+/// and outlives every task that holds a pointer to it.
+class stop_anchor {
 public:
-    explicit stop_hook(const std::stop_token& t) : _cb(t, fire{&t}) {}
-    stop_hook(const stop_hook&) = delete;
-    stop_hook& operator=(const stop_hook&) = delete;
+    explicit stop_anchor(std::stop_token t) : token(std::move(t)), _cb(token, fire{this}) {}
+    stop_anchor(const stop_anchor&) = delete;
+    stop_anchor& operator=(const stop_anchor&) = delete;
+
+    const std::stop_token token;
+    stop_wait_list waits;
 
 private:
     struct fire {
-        const std::stop_token* token;
-        void operator()() const noexcept { cancel_stop_waits(token); }
+        stop_anchor* self;
+        void operator()() const noexcept { self->waits.cancel_all(); }
     };
-    std::stop_callback<fire> _cb;
+    std::stop_callback<fire> _cb;  // last: registered once the list exists
 };
 
 }  // namespace coverse::detail

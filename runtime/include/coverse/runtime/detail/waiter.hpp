@@ -81,9 +81,9 @@ public:
 
     template <class P>
     bool await_suspend(std::coroutine_handle<P> h) {
-        const std::stop_token* tok = nullptr;
-        if constexpr (has_stop_v<P>) tok = h.promise().stop();
-        if (tok && tok->stop_requested()) {
+        stop_anchor* stop = nullptr;
+        if constexpr (has_stop_v<P>) stop = h.promise().stop_anchor_of();
+        if (stop && stop->token.stop_requested()) {
             st = state::cancelled;
             return false;
         }
@@ -91,16 +91,17 @@ public:
         sched = &scheduler::this_thread();
         st = state::waiting;
         derived().enqueue();
-        if (tok && tok->stop_possible()) {
-            _on_stop.token = tok;
+        if (stop) {
             _on_stop.cancel = &cancellable_wait::cancel_by_stop;
             _on_stop.owner = this;
-            sched->stop_waits().push(&_on_stop);
+            stop->waits.push(&_on_stop);
         }
         return true;
     }
 
-    ~cancellable_wait() { leave_stop_list(); }
+    ~cancellable_wait() {
+        if (_on_stop.list) _on_stop.list->remove(&_on_stop);
+    }
 
 protected:
     /// For the derived awaiter's destructor: a frame destroyed while it waits (its task
@@ -118,17 +119,22 @@ protected:
     }
 
 private:
-    // The stop hook of the token's source found this wait in its scheduler's stop list
-    // (detail/stop_wait.hpp) and unlinked it.
+    // The stop anchor of the task's token unlinked this wait and cancels it.
     static void cancel_by_stop(stop_wait* w) noexcept {
         auto* self = static_cast<cancellable_wait*>(w->owner);
+        if (scheduler::current() != self->sched) wrong_thread_stop();
         if (self->st != state::waiting) return;
         self->derived().dequeue();
         self->st = state::cancelled;
         self->sched->schedule(self->handle);
     }
-    void leave_stop_list() noexcept {
-        if (_on_stop.token) sched->stop_waits().remove(&_on_stop);
+    [[noreturn]] static void wrong_thread_stop() noexcept {
+        std::fputs(
+            "coverse: a stop was requested from a thread other than the waiting task's "
+            "scheduler; request stops on that scheduler (scheduler::post a lambda that "
+            "calls request_stop)\n",
+            stderr);
+        std::abort();
     }
     Derived& derived() noexcept { return static_cast<Derived&>(*this); }
 
