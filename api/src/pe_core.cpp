@@ -273,11 +273,14 @@ void pe_core::start_networked(const net::launch_info& info) {
     // Under the CRM the trace starts with the rdma layer, after registration: no phase 1.
     const bool trace_registration = _rdma != nullptr;
     if (trace_registration) trace::emit(trace::kind::phase_begin, 1);
-    if (_opts.verbose)
-        print("coverse: PE " + std::to_string(_pe) + " listens on " + where.ip + ":" +
-                  std::to_string(port) + " (" + where.why + "); host identity " +
-                  net::local_host_identity().source + "\n",
-              true);
+    auto say_where = [&] {
+        if (_opts.verbose)
+            print("coverse: PE " + std::to_string(_pe) + " listens on " + where.ip + ":" +
+                      std::to_string(port) + " (" + where.why + "); host identity " +
+                      net::local_host_identity().source + "\n",
+                  true);
+    };
+    if (_rdma) say_where();  // else the CRM's table gives our PE first
     std::vector<net::node_entry> table;
     if (_startup)
         table = _startup->exchange(net::node_entry{_pe, where.ip, port, net::local_machine_id()},
@@ -287,6 +290,7 @@ void pe_core::start_networked(const net::launch_info& info) {
     if (!_rdma) {
         _pe = _startup->pe().value_or(0);
         prepare_rdma();
+        say_where();
     }
     if (trace_registration) trace::emit(trace::kind::phase_end, 1);
     if (table.size() != _num_pes)
@@ -404,21 +408,30 @@ void pe_core::on_launcher_notice(std::uint32_t pe, const std::string& text) {
 }
 
 pe_core::data_address pe_core::choose_data_address(const net::launch_info& info) const {
-    // A launcher on loopback means every PE is on its host: loopback only, whatever the
-    // interfaces. Otherwise the job spans hosts and NETWORK_INTERFACE picks the address.
-    if (net::is_loopback_host(info.launcher_host))
-        return {"127.0.0.1", "loopback: the job runs on one host", false};
-    // Under PMIx or the CRM there is no launcher connection to route from: those modes
-    // start single-host jobs for now (docs/startup.md).
-    if (!_launcher) return {"127.0.0.1", "loopback: PMIx and CRM jobs run on one host", false};
+    // A job on one host listens on loopback only, whatever the interfaces: a launcher on
+    // loopback, a PMIx job of one node, a CRM on loopback. Otherwise NETWORK_INTERFACE picks
+    // the address, the route to the launcher (or the CRM) breaking a tie.
+    std::string preferred;
+    std::string spans;
+    if (_startup) {
+        auto s = _startup->span();
+        if (!s.multi_host) return {"127.0.0.1", "loopback: " + s.why, false};
+        preferred = std::move(s.local_ip);
+        spans = std::move(s.why);
+    } else {
+        if (net::is_loopback_host(info.launcher_host))
+            return {"127.0.0.1", "loopback: the job runs on one host", false};
+        preferred = net::socket_local_ip(_launcher->fd());
+        spans = "the launcher is on " + info.launcher_host;
+    }
     const auto filter = net::interface_filter_from_env();  // a bad value names itself
     const auto candidates = net::local_interfaces();
-    const auto c = net::choose_address(filter, candidates, net::socket_local_ip(_launcher->fd()));
+    const auto c = net::choose_address(filter, candidates, preferred);
     if (!c)
         throw std::runtime_error("coverse: PE " + std::to_string(_pe) +
-                                 ": no address to listen on for a multi-host job: " +
-                                 net::describe_no_address(filter, candidates));
-    return {c->chosen.ip, c->chosen.name + ", " + c->why, true};
+                                 ": no address to listen on for a multi-host job (" + spans +
+                                 "): " + net::describe_no_address(filter, candidates));
+    return {c->chosen.ip, c->chosen.name + ", " + c->why + "; " + spans, true};
 }
 
 pe_core::~pe_core() {

@@ -6,6 +6,7 @@
 // Stages of one registration at the CRM: connected -> hello read (key, PE count, cluster)
 // -> register_node read (node context, address) -> waiting in its job -> node table sent,
 // or refused (conflict, key already used, timeout, protocol error) -> closed.
+#include <coverse/net/interfaces.hpp>
 #include <coverse/net/startup.hpp>
 
 #include <arpa/inet.h>
@@ -110,6 +111,13 @@ public:
     std::uint32_t num_pes() const noexcept override { return _req.num_pes; }
     std::uint64_t job_key() const noexcept override { return _key; }
     std::vector<std::uint32_t> clusters() const override { return _clusters; }
+    host_span span() const override {
+        // A CRM on loopback serves processes of this host only; one elsewhere may gather
+        // several hosts, and the route to it picks among our interfaces.
+        if (is_loopback_host(_req.host)) return {false, {}, "the CRM is on loopback"};
+        return {true, _fd >= 0 ? socket_local_ip(_fd) : std::string(),
+                "the CRM is on " + _req.host};
+    }
 
     std::vector<node_entry> exchange(const node_entry& self,
                                      std::chrono::milliseconds timeout) override {

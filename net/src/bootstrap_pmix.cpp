@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace coverse::net {
 
@@ -50,11 +51,7 @@ public:
                                   ": PMIx_Get(PMIX_JOB_SIZE) failed: " + status_text(rc) +
                                   "; the PMIx server does not describe the job");
         }
-        std::uint32_t size = 0;
-        if (v->type == PMIX_UINT32)
-            size = v->data.uint32;
-        else if (v->type == PMIX_INT)
-            size = static_cast<std::uint32_t>(v->data.integer);
+        const std::uint32_t size = count_of(v).value_or(0);
         PMIX_VALUE_RELEASE(v);
         if (size < 1 || _self.rank >= size) {
             PMIx_Finalize(nullptr, 0);
@@ -62,7 +59,8 @@ public:
                                   " of a job of " + std::to_string(size) + " processes");
         }
         _num_pes = size;
-        _key = job_key_of(_self.nspace);
+        _num_nodes = get_uint32(job, PMIX_NUM_NODES).value_or(1);
+        _key = job_key_of(key_text(_self.nspace));
     }
 
     ~pmix_peer() override {
@@ -72,6 +70,13 @@ public:
     std::optional<std::uint32_t> pe() const noexcept override { return _self.rank; }
     std::uint32_t num_pes() const noexcept override { return _num_pes; }
     std::uint64_t job_key() const noexcept override { return _key; }
+    host_span span() const override {
+        // PMIx knows the nodes but not how this process reaches the others: the data
+        // address comes from NETWORK_INTERFACE and the interfaces alone.
+        return {_num_nodes > 1, {},
+                "PMIx says the job spans " + std::to_string(_num_nodes) +
+                    (_num_nodes == 1 ? " node" : " nodes")};
+    }
 
     std::vector<node_entry> exchange(const node_entry& self,
                                      std::chrono::milliseconds timeout) override {
@@ -149,9 +154,35 @@ private:
                               "; another process of the job may have died (see its output)");
     }
 
+    // A PMIx value that is a count (servers give uint32 or int), or nullopt.
+    static std::optional<std::uint32_t> count_of(const pmix_value_t* v) {
+        if (v->type == PMIX_UINT32) return v->data.uint32;
+        if (v->type == PMIX_INT && v->data.integer >= 0)
+            return static_cast<std::uint32_t>(v->data.integer);
+        return std::nullopt;
+    }
+    static std::optional<std::uint32_t> get_uint32(const pmix_proc_t& job, const char* key) {
+        pmix_value_t* v = nullptr;
+        if (PMIx_Get(&job, key, nullptr, 0, &v) != PMIX_SUCCESS || !v) return std::nullopt;
+        const auto n = count_of(v);
+        PMIX_VALUE_RELEASE(v);
+        return n;
+    }
+
+    // What the job key hashes: the namespace, which is unique among the jobs of one PMIx
+    // server's life, plus what tells apart servers whose namespaces repeat (Slurm names
+    // them slurm.pmix.JOB.STEP, and job numbers start again in another Slurm cluster).
+    static std::string key_text(const char* nspace) {
+        std::string text = nspace;
+        for (const char* v : {"SLURM_CLUSTER_NAME", "SLURM_JOB_START_TIME"})
+            if (const char* s = std::getenv(v); s && *s) text.append(" ").append(s);
+        return text;
+    }
+
     pmix_proc_t _self{};
     bool _initialised = false;
     std::uint32_t _num_pes = 1;
+    std::uint32_t _num_nodes = 1;
     std::uint64_t _key = 0;
 };
 

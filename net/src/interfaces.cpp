@@ -175,7 +175,7 @@ std::optional<address_choice> choose_address(const interface_filter& filter,
         pick([](const interface_address& c) { return !c.loopback && !is_host_bridge(c.name); });
     if (!a) return std::nullopt;
     const std::string why = a->ip == preferred
-                                ? "the interface that reaches the launcher"
+                                ? "the interface that reaches the launcher or the CRM"
                                 : "the first interface up (not loopback, not a host bridge)";
     return address_choice{*a, why};
 }

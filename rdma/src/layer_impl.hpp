@@ -257,6 +257,7 @@ struct layer::impl {
 
     // ---- the same-host rings (shm_path.cpp) -----------------------------------------------
     void shm_create();
+    void remove_stale_names();  // after replacing a crashed job's doorbell of this PE
     /// The poller and the doorbell's task (after the node table).
     void shm_start();
     /// Our ring for what `p` sends us (same host); a failure is said once, `p` uses TCP.

@@ -14,11 +14,14 @@
 // sees it rings the doorbell, a FIFO the sleeping scheduler polls through io_uring) -> close.
 #include "layer_impl.hpp"
 
+#include <dirent.h>
 #include <poll.h>
+#include <sys/mman.h>
 
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include <coverse/alloc/message.hpp>
 #include <coverse/runtime/io.hpp>
@@ -54,6 +57,7 @@ void layer::impl::shm_create() {
     if (!shm_wanted) return;
     try {
         bell.emplace(shm_doorbell::create(bell_path(cfg.job_key, cfg.rank)));
+        if (bell->replaced_stale()) remove_stale_names();
     } catch (const std::exception& e) {
         // No shared memory here (no /dev/shm, a small container /dev/shm): this PE's peers
         // find no ring for it and send over TCP; it sends over TCP too.
@@ -61,6 +65,21 @@ void layer::impl::shm_create() {
                      "; messages to and from this PE use TCP\n");
         shm_failed = true;
     }
+}
+
+void layer::impl::remove_stale_names() {
+    // We hold this PE's doorbell of this job key, so no running process is this PE of this
+    // job: every ring and eager channel named for it was left by a crashed one.
+    const std::string prefix = "coverse-" + job_tag(cfg.job_key) + "-" + std::to_string(cfg.rank) + "-";
+    DIR* d = ::opendir("/dev/shm");
+    if (!d) return;
+    std::string name;
+    while (const dirent* e = ::readdir(d)) {
+        if (!std::string_view(e->d_name).starts_with(prefix)) continue;
+        name.assign(1, '/').append(e->d_name);
+        ::shm_unlink(name.c_str());
+    }
+    ::closedir(d);
 }
 
 void layer::impl::shm_start() {

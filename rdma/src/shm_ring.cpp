@@ -206,7 +206,8 @@ void shm_ring::cancel_sleep() noexcept {
 shm_doorbell::shm_doorbell(shm_doorbell&& o) noexcept
     : _path(std::move(o._path)),
       _fd(std::exchange(o._fd, -1)),
-      _owner(std::exchange(o._owner, false)) {}
+      _owner(std::exchange(o._owner, false)),
+      _replaced_stale(o._replaced_stale) {}
 
 shm_doorbell& shm_doorbell::operator=(shm_doorbell&& o) noexcept {
     if (this != &o) {
@@ -222,9 +223,29 @@ shm_doorbell::~shm_doorbell() {
 }
 
 shm_doorbell shm_doorbell::create(const std::string& path) {
-    if (::mkfifo(path.c_str(), 0600) != 0)
-        fail(errno, "cannot create the doorbell FIFO " + path +
+    bool replaced = false;
+    if (::mkfifo(path.c_str(), 0600) != 0) {
+        int e = errno;
+        if (e == EEXIST) {
+            // Its owner holds it open to read for as long as it lives, so a write-only open
+            // that finds no reader (ENXIO) means the owner is gone: a job of the same key
+            // that crashed left it. One that opens belongs to a running process.
+            const int probe = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+            if (probe >= 0) {
+                ::close(probe);
+                fail(EEXIST, "the doorbell FIFO " + path +
+                                 " belongs to a running process: another job with the same "
+                                 "key runs on this host (PMIx namespace or ++key)");
+            }
+            if (errno == ENXIO && ::unlink(path.c_str()) == 0 && ::mkfifo(path.c_str(), 0600) == 0)
+                replaced = true;
+            else
+                e = errno;
+        }
+        if (!replaced)
+            fail(e, "cannot create the doorbell FIFO " + path +
                         " (is /dev/shm writable? or ++set SHM=off)");
+    }
     // O_RDWR: the FIFO always has a writer, so it never reports end-of-file to our poll.
     const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -232,7 +253,9 @@ shm_doorbell shm_doorbell::create(const std::string& path) {
         ::unlink(path.c_str());
         fail(e, "cannot open the doorbell FIFO " + path);
     }
-    return shm_doorbell(path, fd, true);
+    shm_doorbell bell(path, fd, true);
+    bell._replaced_stale = replaced;
+    return bell;
 }
 
 shm_doorbell shm_doorbell::open(const std::string& path) {

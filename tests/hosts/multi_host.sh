@@ -1,7 +1,7 @@
 #!/bin/bash
 # multi_host.sh: coverse-run across hosts on the test bed (testbed.sh: one network namespace
 # per host on a bridge, hosts_shell.sh as ++remote-shell). The launcher runs in host h0.
-#   multi_host.sh SCENARIO SUBNET COVERSE_RUN LEGACY_DIR HOSTS_DIR
+#   multi_host.sh SCENARIO SUBNET COVERSE_RUN LEGACY_DIR HOSTS_DIR [COVERSE_CRM]
 # SCENARIO:
 #   2x2, 3x2     H hosts x 2 PEs: ring, reduction, large_messages and topology pass; the
 #                pairs each program talks over connect (CONNECT=lazy), no others; every such
@@ -15,6 +15,11 @@
 #   bad_host     a nodelist host with no namespace: the remote shell exits 255, is tried
 #                3 times, then the error names the host; nothing is left running
 #   bad_shell    a remote shell that exits 1, one that does not exist: errors, statuses
+#   crm_2x2      no launcher: coverse-crm listens on h0's address and 4 processes started by
+#                hand, 2 in each host, register with it; the same checks as 2x2 (each PE
+#                on its host's address, same-host pairs on the ring, the others on tcp)
+#   crm_loopback the same 4 processes, all in h0, with the CRM on 127.0.0.1: a one-host job
+#                listens on loopback only
 # SUBNET is the third octet of the scenario's 10.99.SUBNET.0/24 (one range per test).
 set -u
 scenario="$1"
@@ -22,6 +27,7 @@ subnet="$2"
 run="$3"
 legacy="$4"
 here="$5"
+crm="${6:-}"
 . "$(dirname "$0")/testbed.sh"
 testbed_init "hosts-$scenario"
 LOG="$TB_DIR/log"
@@ -44,6 +50,48 @@ job() {
     testbed_exec h0 "$run" ++verbose ++nodelist "$TB_DIR/nodes" ++remote-shell "$(testbed_shell)" \
         ++ppn "$ppn" +p"$pes" --timeout 30 "$@" >"$LOG" 2>&1
     status=$?
+}
+
+# crm_job BIND HOSTS... -- PROGRAM ARGS...: a CRM in h0 on BIND (a free port), then one
+# process per HOSTS word (the host it runs in), registering by hand under one key with
+# ++node-context i and ++verbose; waits for each, stops the CRM by its PID. The processes'
+# output goes to $LOG, PE by PE; status is the first non-zero exit status (0 when all ended
+# well).
+crm_job() {
+    local bind="$1" i=0 h pid port
+    local -a where=() pids=()
+    shift
+    while [ "$1" != -- ]; do where+=("$1"); shift; done
+    shift
+    rm -f "$TB_DIR/crm.port"
+    # ip netns exec, not testbed_exec: a backgrounded function is a subshell, and $! must be
+    # the process itself (ip netns exec execs it) to stop it by its PID.
+    ip netns exec "$TB-h0" "$crm" --bind "$bind" --port 0 --port-file "$TB_DIR/crm.port" --timeout 30 \
+        >"$TB_DIR/crm.out" 2>&1 &
+    local crm_pid=$!
+    until [ -s "$TB_DIR/crm.port" ]; do
+        kill -0 "$crm_pid" 2>/dev/null || fail "coverse-crm did not start: $(cat "$TB_DIR/crm.out")"
+        [ $i -lt 100 ] || fail "coverse-crm wrote no port file"
+        sleep 0.1
+        i=$((i + 1))
+    done
+    port="$(cat "$TB_DIR/crm.port")"
+    i=0
+    for h in "${where[@]}"; do
+        ip netns exec "$TB-$h" timeout 60 "$@" ++verbose ++crm "$bind:$port" ++key "crm-$TB" \
+            ++node-context "$i" +p"${#where[@]}" >"$TB_DIR/pe$i.out" 2>&1 </dev/null &
+        pids+=($!)
+        i=$((i + 1))
+    done
+    status=0
+    for pid in "${pids[@]}"; do
+        wait "$pid"
+        h=$?
+        [ "$status" = 0 ] && status=$h
+    done
+    kill "$crm_pid" 2>/dev/null
+    wait "$crm_pid" 2>/dev/null
+    for ((i = 0; i < ${#where[@]}; ++i)); do cat "$TB_DIR/pe$i.out"; done >"$LOG"
 }
 
 # pairs KIND... PES: the pairs ("i:j", i < j) a program connects on PES PEs: ring (PE p and
@@ -96,7 +144,7 @@ check_paths() {
     pairs "$@" "$pes" >"$TB_DIR/want"
     cmp -s "$TB_DIR/got" "$TB_DIR/want" ||
         fail "connected pairs $(tr '\n' ' ' <"$TB_DIR/got")differ from the program's ($*): $(tr '\n' ' ' <"$TB_DIR/want")"
-    grep -q "control socket 10.99.$subnet.1:[0-9]*, eth0" "$LOG" ||
+    [ -n "$crm" ] || grep -q "control socket 10.99.$subnet.1:[0-9]*, eth0" "$LOG" ||
         fail "the launcher did not listen on h0's address"
 }
 
@@ -108,7 +156,7 @@ expect_ok() {
 nothing_left() {
     local left
     left="$(testbed_left)"
-    [ -z "$left" ] || fail "processes left in the hosts: $left"
+    [ -z "$left" ] || fail "processes left in the hosts: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"
 }
 
 case "$scenario" in
@@ -189,6 +237,30 @@ bad_shell)
     [ "$status" = 127 ] || fail "a missing remote shell: exit status $status, expected 127"
     grep -q "cannot run the remote shell '/nonexistent/rsh' for PE 0 on host 'h0'" "$LOG" ||
         fail "a missing remote shell: no error naming it"
+    nothing_left
+    ;;
+crm_2x2)
+    [ -n "$crm" ] || fail "crm_2x2 needs the coverse-crm path"
+    make_hosts 2
+    crm_job "10.99.$subnet.1" h0 h0 h1 h1 -- "$legacy/legacy_ring" -laps 20
+    expect_ok ring "ring: 20 laps on 4 PEs ok"
+    check_paths 4 2 ring tree
+    grep -q "^coverse: PE 2 listens on 10.99.$subnet.2:[0-9]* (eth0, the interface that reaches the launcher or the CRM; the CRM is on 10.99.$subnet.1)" "$LOG" ||
+        fail "PE 2 does not say it chose the interface on the route to the CRM"
+    crm_job "10.99.$subnet.1" h0 h0 h1 h1 -- "$here/hosts_topology" -hosts 2 -ppn 2
+    expect_ok topology "topology: ok on 4 PEs, 2 hosts"
+    crm_job "10.99.$subnet.1" h0 h0 h1 h1 -- "$legacy/legacy_large_messages" -flag "$TB_DIR/large"
+    [ "$status" = 0 ] || fail "large_messages: exit status $status"
+    check_paths 4 2 ring star tree
+    nothing_left
+    ;;
+crm_loopback)
+    [ -n "$crm" ] || fail "crm_loopback needs the coverse-crm path"
+    make_hosts 1
+    crm_job 127.0.0.1 h0 h0 h0 h0 -- "$here/hosts_topology" -hosts 1 -ppn 4
+    expect_ok topology "topology: ok on 4 PEs, 1 hosts"
+    [ "$(grep -c "^coverse: PE [0-3] listens on 127.0.0.1:[0-9]* (loopback: the CRM is on loopback)" "$LOG")" = 4 ] ||
+        fail "a one-host CRM job did not listen on loopback only"
     nothing_left
     ;;
 *)

@@ -53,7 +53,7 @@ node=$(hostname -s)
 mkdir -p "$dir/spool/$node" "$dir/state" "$dir/log" "$dir/run" "$dir/tmp/$node"
 conf=$dir/slurm.conf
 cat >"$conf" <<CONF
-ClusterName=coverse-test
+ClusterName=coverse-test-$$
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port

@@ -30,6 +30,14 @@ public:
     /// bootstrap_error naming the mode, the phase and what to do.
     virtual std::vector<node_entry> exchange(const node_entry& self,
                                              std::chrono::milliseconds timeout) = 0;
+    /// Whether the job spans hosts as far as the mode knows, and the local address this
+    /// process reaches the mode through (preferred for the data address; may be empty).
+    struct host_span {
+        bool multi_host = false;
+        std::string local_ip;
+        std::string why;  // "PMIx says the job spans 2 nodes", "the CRM is on 10.99.1.1"
+    };
+    virtual host_span span() const = 0;
     /// The cluster of each PE where the mode knows it (the CRM's ++cluster); else empty.
     virtual std::vector<std::uint32_t> clusters() const { return {}; }
     /// Stops the job with `text`: PMIx_Abort (the spawner stops every process), or for the

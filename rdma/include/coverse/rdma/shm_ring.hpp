@@ -195,8 +195,12 @@ private:
 /// The owner polls its fd (with the scheduler's io_uring) and drains it.
 class shm_doorbell {
 public:
-    static shm_doorbell create(const std::string& path);  // throws std::system_error
-    static shm_doorbell open(const std::string& path);    // write side; throws
+    /// Makes the FIFO. One that a crashed job of the same key left (nobody holds it open
+    /// to read) is replaced, and `replaced_stale()` says so; one that a running process
+    /// holds is an error naming it. Throws std::system_error.
+    static shm_doorbell create(const std::string& path);
+    static shm_doorbell open(const std::string& path);  // write side; throws
+    bool replaced_stale() const noexcept { return _replaced_stale; }
     shm_doorbell(shm_doorbell&& o) noexcept;
     shm_doorbell& operator=(shm_doorbell&& o) noexcept;
     ~shm_doorbell();
@@ -211,6 +215,7 @@ private:
     std::string _path;
     int _fd = -1;
     bool _owner = false;
+    bool _replaced_stale = false;
 };
 
 }  // namespace coverse::rdma
