@@ -73,7 +73,8 @@ public:
     host_span span() const override {
         // PMIx knows the nodes but not how this process reaches the others: the data
         // address comes from NETWORK_INTERFACE and the interfaces alone.
-        return {_num_nodes > 1, {},
+        return {_num_nodes > 1,
+                {},
                 "PMIx says the job spans " + std::to_string(_num_nodes) +
                     (_num_nodes == 1 ? " node" : " nodes")};
     }

@@ -70,7 +70,8 @@ void layer::impl::shm_create() {
 void layer::impl::remove_stale_names() {
     // We hold this PE's doorbell of this job key, so no running process is this PE of this
     // job: every ring and eager channel named for it was left by a crashed one.
-    const std::string prefix = "coverse-" + job_tag(cfg.job_key) + "-" + std::to_string(cfg.rank) + "-";
+    const std::string prefix =
+        "coverse-" + job_tag(cfg.job_key) + "-" + std::to_string(cfg.rank) + "-";
     DIR* d = ::opendir("/dev/shm");
     if (!d) return;
     std::string name;

@@ -635,6 +635,38 @@ TEST(shm_doorbell, errors_name_the_path) {
     }
 }
 
+TEST(shm_doorbell, create_replaces_a_fifo_that_nobody_holds_and_says_so) {
+    // What a crashed job of the same key leaves: the FIFO with no process reading it.
+    fifo_path f;
+    ASSERT_EQ(::mkfifo(f.path.c_str(), 0600), 0) << std::strerror(errno);
+    struct stat before {};
+    ASSERT_EQ(::stat(f.path.c_str(), &before), 0);
+    auto owner = shm_doorbell::create(f.path);
+    EXPECT_TRUE(owner.replaced_stale());
+    struct stat after {};
+    ASSERT_EQ(::stat(f.path.c_str(), &after), 0);
+    EXPECT_NE(before.st_ino, after.st_ino);  // a new FIFO, not the stale one reopened
+    auto writer = shm_doorbell::open(f.path);
+    writer.ring();
+    EXPECT_EQ(poll_readable(owner.fd(), 10'000), 1);
+
+    fifo_path fresh;
+    EXPECT_FALSE(shm_doorbell::create(fresh.path).replaced_stale());
+}
+
+TEST(shm_doorbell, create_of_a_fifo_a_running_owner_holds_names_the_running_job) {
+    fifo_path f;
+    auto owner = shm_doorbell::create(f.path);
+    const auto e = thrown_by([&] { shm_doorbell::create(f.path); });
+    ASSERT_TRUE(e.has_value());
+    EXPECT_TRUE(contains(e->what(), "belongs to a running process")) << e->what();
+    EXPECT_TRUE(contains(e->what(), "same key")) << e->what();
+    // The owner's FIFO still works.
+    auto writer = shm_doorbell::open(f.path);
+    writer.ring();
+    EXPECT_EQ(poll_readable(owner.fd(), 10'000), 1);
+}
+
 TEST(shm_doorbell, open_of_a_fifo_without_an_owner_throws_instead_of_blocking) {
     fifo_path f;
     ASSERT_EQ(::mkfifo(f.path.c_str(), 0600), 0) << std::strerror(errno);

@@ -8,6 +8,10 @@
 #            refused because the key already started a job
 # timeout:   <PEs>-1 processes of +p<PEs> (CRM --timeout 1): each fails saying how many came
 # dead-port: a CRM address where nothing listens: the process fails naming the address
+# stale:     what a crashed job of the same key left in /dev/shm (PE 0's and PE 1's doorbells,
+#            a ring and an eager channel of PE 0) is replaced: the job runs, every pair on
+#            the shm ring, and nothing of that key is left; then a doorbell a running process
+#            holds: PE 0 says so, names the key, and the job runs with PE 0 over TCP
 # abort:     abort_check: the last PE's CmiAbort message, every process exits non-zero (the
 #            others stop because that PE's connections drop, naming it)
 # The CRM listens on a free loopback port (never 7777). Every case checks that no process
@@ -76,19 +80,27 @@ wait_for() {
     eval "wait \$pid_$1"
 }
 
+# job <tag> <key> [args]: <PEs> processes <tag>0.. of one job (++node-context i), each
+# waited for; one that exits non-zero fails the test.
+job() {
+    job_tag=$1 job_key=$2
+    shift 2
+    j=0
+    while [ $j -lt "$npes" ]; do
+        launch "$job_tag$j" "$npes" "$job_key" ++node-context $j "$@"
+        j=$((j + 1))
+    done
+    j=0
+    while [ $j -lt "$npes" ]; do
+        wait_for "$job_tag$j" || fail "process $job_tag$j exited with $?"
+        j=$((j + 1))
+    done
+}
+
 case $case in
 ok)
-    i=0
-    while [ $i -lt "$npes" ]; do
-        # shellcheck disable=SC2086
-        launch "pe$i" "$npes" job-ok $args
-        i=$((i + 1))
-    done
-    i=0
-    while [ $i -lt "$npes" ]; do
-        wait_for "pe$i" || fail "process $i exited with $?"
-        i=$((i + 1))
-    done
+    # shellcheck disable=SC2086
+    job pe job-ok $args
     cat "$dir"/pe*.out | grep -q "^$name: .* on $npes PEs ok" || fail "no '$name: ... on $npes PEs ok' line"
     ;;
 conflict)
@@ -156,6 +168,46 @@ dead-port)
     wait_for lone && fail "the process exited 0 without a CRM"
     grep -q "cannot reach the CRM at 127.0.0.1:$port" "$dir/lone.out" || fail "the error does not name the address"
     grep -q "start coverse-crm there" "$dir/lone.out" || fail "the error does not say what to do"
+    ;;
+stale)
+    # The shared-memory names carry the job key: FNV-1a 64 of the ++key text.
+    shm_of() {
+        python3 -c 'import sys
+h = 0xcbf29ce484222325
+for c in sys.argv[1].encode():
+    h = ((h ^ c) * 0x100000001b3) % 2**64
+print("/dev/shm/coverse-%016x" % h)' "$1"
+    }
+    key="job-stale-$$-$(date +%s%N)"
+    shm=$(shm_of "$key")
+    key2="$key-held"
+    shm2=$(shm_of "$key2")
+    cleanup_stale() { rm -f "$shm"-* "$shm2"-*; }
+    trap 'cleanup_stale; cleanup' EXIT
+    mkfifo "$shm-0.bell" "$shm-1.bell" || fail "cannot make the stale doorbells"
+    : >"$shm-0-from-1"
+    : >"$shm-0-eager-0"
+    # shellcheck disable=SC2086
+    job pe "$key" ++verbose $args
+    grep -q "stream by connection\|use TCP" "$dir"/pe*.out && fail "a pair fell back to TCP"
+    [ "$(cat "$dir"/pe*.out | grep -c "same host, stream by shm ring")" -ge 2 ] ||
+        fail "no pair on the shm ring"
+    left_files=$(ls "$shm"-* 2>/dev/null)
+    [ -z "$left_files" ] || fail "files of the key left: $left_files"
+    # A doorbell a running process holds open: not replaced, and said (another key: the
+    # CRM refuses a second job under one key).
+    mkfifo "$shm2-0.bell" || fail "cannot make the held doorbell"
+    sleep 60 <>"$shm2-0.bell" &
+    holder=$!
+    pids="$pids $holder"
+    # shellcheck disable=SC2086
+    job held "$key2" $args
+    grep -q "doorbell FIFO $shm2-0.bell belongs to a running process: another job with the same key" "$dir/held0.out" ||
+        fail "PE 0 did not say that a running process holds its doorbell"
+    grep -q "messages to and from this PE use TCP" "$dir/held0.out" || fail "PE 0 did not say it uses TCP"
+    kill "$holder"
+    wait "$holder" 2>/dev/null
+    [ -p "$shm2-0.bell" ] || fail "the held doorbell was removed"
     ;;
 abort)
     i=0

@@ -58,8 +58,8 @@ struct address_choice {
 };
 
 /// Picks the address to listen on among `candidates` under `filter`. `preferred` (the local
-/// address of the socket that reaches the launcher or the CRM) wins a tie. nullopt when nothing fits;
-/// describe_no_address then says what was there.
+/// address of the socket that reaches the launcher or the CRM) wins a tie. nullopt when nothing
+/// fits; describe_no_address then says what was there.
 std::optional<address_choice> choose_address(const interface_filter& filter,
                                              const std::vector<interface_address>& candidates,
                                              std::string_view preferred = {});
