@@ -2,7 +2,12 @@
  * whole job with a non-zero status and its message, instead of leaving the other PEs waiting.
  * PE 0 sends a message to the last PE, whose handler calls CmiAbort; every other PE sits in
  * the scheduler with nothing to do. Run through expect_abort.sh, which passes only if the
- * job fails with the abort message. */
+ * job fails with the abort message.
+ * -alone: no barrier and no message: the last PE aborts at once, and the others, connected
+ * to nobody (CONNECT=lazy), sit in the scheduler: only the starter can stop them (under
+ * PMIx: the PMIx_Abort that CmiAbort calls). */
+#include <string.h>
+
 #include <converse.h>
 
 typedef struct {
@@ -18,8 +23,15 @@ static void abort_handler(void* msg) {
 }
 
 static void start(int argc, char** argv) {
-    (void)argc;
-    (void)argv;
+    int i;
+    for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "-alone") == 0) {
+            if (CmiMyPe() == CmiNumPes() - 1)
+                CmiAbort("abort_check: deliberate abort on PE %d of %d, alone (expected by this "
+                         "test)",
+                         CmiMyPe(), CmiNumPes());
+            return;
+        }
     abort_handler_id = CmiRegisterHandler(abort_handler);
     CmiBarrier(); /* every PE is up and has registered the handler */
     if (CmiMyPe() == 0) {

@@ -3,6 +3,11 @@
 #   pmix_check.sh mpirun|srun|none <PEs> ok|abort|refused|no-pmix <program> [args...]
 # ok:      exit 0 and the program's "<name>: ... on <PEs> PEs ok" line (the size came from PMIx)
 # abort:   non-zero exit and abort_check's message from the last PE (CmiAbort -> PMIx_Abort)
+# abort-alone: abort_check -alone: the last PE aborts at once, the others are connected to
+#          nobody and idle, so nothing but PMIx_Abort stops them: non-zero exit (not the
+#          timeout's 124) with the message and the abort's status 1, and without the
+#          starter's text for a process that merely ended: mpirun's "non-zero exit code",
+#          Slurm's "Error handler invoked" (a client gone without PMIx_Finalize)
 # refused: every PE gets PMIX_NAMESPACE=bogus: non-zero exit and the PMIx_Init error
 #          (launcher none: one process with PMIX_* variables but no server at all)
 # no-pmix: srun --mpi=none: non-zero exit and the "without PMIx" error
@@ -20,6 +25,7 @@ trap 'rm -f "$out"' EXIT
 wrap=
 [ "$want" = refused ] && wrap="env PMIX_NAMESPACE=bogus"
 [ "$want" = mismatch ] && set -- "$@" "+p$((npes + 1))"
+[ "$want" = abort-alone ] && set -- "$@" -alone
 # Under ASan: libpmix's own leaks from PMIx_Init are suppressed, nothing else (see the file).
 LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
@@ -74,6 +80,17 @@ case $want in
 ok)
     [ $status -eq 0 ] || fail "the job failed"
     grep -q "^$name: .* on $npes PEs ok" "$out" || fail "no '$name: ... on $npes PEs ok' line"
+    ;;
+abort-alone)
+    [ $status -ne 124 ] || fail "the idle PEs were not stopped (the timeout ended the job)"
+    [ $status -ne 0 ] || fail "status 0 after CmiAbort"
+    has "abort_check: deliberate abort on PE $((npes - 1)) of $npes, alone" || fail "no abort message"
+    # Without PMIx_Abort mpirun reports a process that exited non-zero, and Slurm's PMIx
+    # plugin a client gone without PMIx_Finalize (and srun exits 137, its tasks killed).
+    has "returned a non-zero exit code\|exited with non-zero status" &&
+        fail "mpirun saw a process exit non-zero, not a PMIx_Abort"
+    has "Error handler invoked" && fail "Slurm saw a client vanish, not a PMIx_Abort"
+    [ $status -eq 1 ] || fail "not the abort's exit status 1"
     ;;
 abort)
     [ $status -ne 0 ] || fail "status 0 after CmiAbort"
