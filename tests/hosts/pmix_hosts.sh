@@ -1,0 +1,365 @@
+#!/bin/bash
+# pmix_hosts.sh: PMIx jobs across hosts on the test bed (testbed.sh: one network namespace
+# per host on a bridge), started by a real resource manager instead of coverse-run.
+#   pmix_hosts.sh SCENARIO SUBNET LEGACY_DIR HOSTS_DIR
+# SCENARIO:
+#   slurm_2x2   a Slurm of the test's own: slurmctld and one slurmd in host h0, another
+#               slurmd in host h1 (each its NodeName, NodeAddr = its eth0 address, 2 CPUs,
+#               its own spool, log, pid and TmpFS), config and state in the test's temp
+#               dir, ClusterName unique per run; `srun --mpi=pmix -N2 -n4
+#               --ntasks-per-node=2 -m block` from h0 runs legacy_ring and hosts_topology
+#               with ++verbose
+#   mpirun_2x2  Open MPI's mpirun in h0 with --host h0:2,h1:2 and an rsh agent (written
+#               here) that enters the host's namespace (and a UTS namespace named after
+#               it); the hosts' names resolve through /etc/netns/NS/hosts, which
+#               `ip netns exec` mounts over /etc/hosts
+# Both check: exit status 0 and the program's ok line; which PE ran on which host, from the
+# starter itself (each task prints its rank and node before it execs the program); each PE
+# listens on its own host's eth0 address (PMIx says the job spans 2 nodes, so never on
+# loopback); ++verbose's per-peer lines: same-host pairs on the shm ring + cma, other pairs
+# on the connection + tcp, both ends of each pair, exactly the pairs legacy_ring talks
+# over; and no process of the job is left in the hosts (testbed_left) once it ended and
+# once the daemons were stopped. Every daemon is stopped by its PID at exit, also on
+# failure; the temp dir, the namespaces, the bridge and /etc/netns files go with them.
+# Exit 77 (skip) with the reason when not root, or Slurm, its mpi_pmix plugin or mpirun is
+# missing. SUBNET is the third octet of the scenario's 10.99.SUBNET.0/24.
+set -u
+scenario="$1"
+subnet="$2"
+legacy="$3"
+here="$4"
+# shellcheck source-path=SCRIPTDIR source=testbed.sh
+. "$(dirname "$0")/testbed.sh"
+# Under ASan: libpmix's own leaks from PMIx_Init are suppressed, nothing else (as in
+# tests/startup/pmix_check.sh); srun passes the environment, mpirun gets -x.
+LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/../startup" && pwd)/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export LSAN_OPTIONS ASAN_OPTIONS
+
+case "$scenario" in
+slurm_2x2)
+    for tool in slurmctld slurmd srun sinfo nsenter; do
+        command -v "$tool" >/dev/null 2>&1 ||
+            testbed_skip "$tool is not installed (scripts/setup.sh installs slurmctld, slurmd, slurm-client)"
+    done
+    ls /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix*.so >/dev/null 2>&1 ||
+        testbed_skip "Slurm has no mpi_pmix plugin (Debian's slurm-wlm-basic-plugins ships it)"
+    ;;
+mpirun_2x2)
+    for tool in mpirun orted unshare; do
+        command -v "$tool" >/dev/null 2>&1 ||
+            testbed_skip "$tool is not installed (scripts/setup.sh installs openmpi-bin)"
+    done
+    ;;
+*)
+    echo "pmix_hosts.sh: unknown scenario '$scenario'" >&2
+    exit 2
+    ;;
+esac
+[ "$(id -u)" = 0 ] || testbed_skip "the daemons and the namespaces need root; this is uid $(id -u)"
+
+testbed_init "pmix-$scenario"
+LOG="$TB_DIR/log"
+DAEMONS=()
+NETNS_DIRS=()
+
+# stop_daemons: the daemons by their PIDs (TERM, then KILL after 5 s).
+stop_daemons() {
+    local pid i
+    for pid in "${DAEMONS[@]}"; do kill "$pid" 2>/dev/null; done
+    for pid in "${DAEMONS[@]}"; do
+        i=0
+        while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    DAEMONS=()
+}
+# At exit, also on failure: the daemons, the /etc/netns files, then the test bed.
+cleanup() {
+    local d
+    stop_daemons
+    for d in "${NETNS_DIRS[@]}"; do rm -rf "$d"; done
+    testbed_cleanup
+}
+trap cleanup EXIT
+
+addr_of() { echo "10.99.$subnet.$((${1#h} + 1))"; }
+
+for h in h0 h1; do
+    testbed_host "$h" "$(addr_of "$h")/24" || fail "could not make host $h"
+done
+
+# pairs KIND... PES: the pairs ("i:j", i < j) a program connects on PES PEs: ring (PE p and
+# p + 1) and tree (PE 0's spanning tree, fan-out 4: its broadcasts, CmiBarrier,
+# ConverseExit's vote). From multi_host.sh.
+pairs() {
+    local pes="${!#}" kind p q
+    for kind in "${@:1:$#-1}"; do
+        for ((p = 0; p < pes; ++p)); do
+            case "$kind" in
+            ring) q=$(((p + 1) % pes)) ;;
+            tree) [ "$p" = 0 ] && continue; q=$(((p - 1) / 4)) ;;
+            esac
+            [ "$p" = "$q" ] && continue
+            if [ "$p" -lt "$q" ]; then echo "$p:$q"; else echo "$q:$p"; fi
+        done
+    done | sort -u
+}
+
+# placement PES WHAT: HOST_OF[i] is the host PE i ran on, from the starter's own line each task
+# prints before it execs the program ("pmix_hosts: rank R on node N"; R is the PMIx rank,
+# which coverse takes as the PE number).
+placement() {
+    local pes="$1" i line
+    HOST_OF=()
+    for ((i = 0; i < pes; ++i)); do
+        line="$(grep "^pmix_hosts: rank $i on node " "$LOG")"
+        [ "$(printf '%s\n' "$line" | grep -c .)" = 1 ] ||
+            fail "rank $i's placement line appears $(printf '%s\n' "$line" | grep -c .) times, expected once"
+        HOST_OF[i]="${line##* }"
+        case "${HOST_OF[i]}" in h0 | h1) ;; *) fail "rank $i ran on node '${HOST_OF[i]}', not h0 or h1" ;; esac
+    done
+    echo "$2: PEs 0..$((pes - 1)) ran on ${HOST_OF[*]}"
+}
+
+# check_paths PES KIND...: each PE listened on its own host's eth0 address; under
+# CONNECT=lazy ++verbose prints a per-peer line at each end of each pair once the pair is
+# set up, naming who dialed: exactly the pairs the program talks over (pairs KIND...) have
+# them, both ends, once each; each says same host exactly for PEs of one host (HOST_OF)
+# and names a dialer of the pair. No KIND: any pairs (the lines must still agree with
+# HOST_OF). Adapted from multi_host.sh.
+check_paths() {
+    local pes="$1" i j k path want addr
+    shift
+    for ((i = 0; i < pes; ++i)); do
+        addr="$(addr_of "${HOST_OF[i]}")"
+        grep -q "^coverse: PE $i listens on $addr:[0-9]* (eth0, " "$LOG" ||
+            fail "PE $i (on ${HOST_OF[i]}) did not listen on $addr (its host's eth0): $(grep "^coverse: PE $i listens on" "$LOG")"
+    done
+    sed -n 's/^coverse: PE \([0-9]*\) -> PE \([0-9]*\): \(.*\); connected on first use, dialed by PE \([0-9]*\)$/\1 \2 \4 \3/p' \
+        "$LOG" >"$TB_DIR/paths"
+    [ "$(grep -c '^coverse: PE [0-9]* -> PE ' "$LOG")" = "$(wc -l <"$TB_DIR/paths")" ] ||
+        fail "a per-peer path line without 'connected on first use, dialed by PE n'"
+    # shellcheck disable=SC2094 # the loop and grep only read the file
+    while read -r i j k path; do
+        if [ "${HOST_OF[i]}" = "${HOST_OF[j]}" ]; then
+            want="same host, stream by shm ring, one-sided by cma"
+        else
+            want="other host, stream by connection, one-sided by tcp"
+        fi
+        [ "$path" = "$want" ] ||
+            fail "PE $i (${HOST_OF[i]}) -> PE $j (${HOST_OF[j]}): '$path', expected '$want'"
+        [ "$k" = "$i" ] || [ "$k" = "$j" ] || fail "PE $i -> PE $j says PE $k dialed"
+        grep -qx "$j $i $k .*" "$TB_DIR/paths" || fail "PE $i -> PE $j without PE $j -> PE $i (dialed by PE $k)"
+    done <"$TB_DIR/paths"
+    [ "$(sort "$TB_DIR/paths" | uniq -d | wc -l)" = 0 ] || fail "a pair's line printed twice"
+    [ $# -gt 0 ] || return 0
+    awk '{ if ($1 < $2) print $1 ":" $2; else print $2 ":" $1 }' "$TB_DIR/paths" | sort -u >"$TB_DIR/got"
+    pairs "$@" "$pes" >"$TB_DIR/want"
+    cmp -s "$TB_DIR/got" "$TB_DIR/want" ||
+        fail "connected pairs $(tr '\n' ' ' <"$TB_DIR/got")differ from the program's ($*): $(tr '\n' ' ' <"$TB_DIR/want")"
+}
+
+# check_spread PES: HOST_OF puts PES/2 PEs on each host (so the ++verbose lines test both
+# paths: the shared-memory one within each host and TCP between them).
+check_spread() {
+    local pes="$1" n0=0 i
+    for ((i = 0; i < pes; ++i)); do [ "${HOST_OF[i]}" = h0 ] && n0=$((n0 + 1)); done
+    [ "$n0" = $((pes / 2)) ] || fail "$n0 of $pes PEs ran on h0, expected $((pes / 2)) (2 per node)"
+}
+
+expect_ok() {
+    [ "$status" = 0 ] || fail "$1: exit status $status, expected 0"
+    grep -q "$2" "$LOG" || fail "$1: no '$2' in the output"
+}
+
+# job_left: fails when a process that was not in the hosts before the job (BEFORE: the
+# daemons and their helpers, such as slurmctld's slurmscriptd) is still there 5 s after
+# the job ended (slurmstepd and the tasks end within a second).
+job_left() {
+    local i pid extra
+    for ((i = 0; i < 50; ++i)); do
+        extra=""
+        for pid in $(testbed_left); do
+            case " $BEFORE " in *" $pid "*) ;; *) extra="$extra $pid" ;; esac
+        done
+        [ -z "$extra" ] && return 0
+        sleep 0.1
+    done
+    extra="${extra# }"
+    fail "processes of the job left in the hosts: $(ps -o pid=,args= -p "${extra// /,}")"
+}
+
+nothing_left() {
+    local left
+    left="$(testbed_left)"
+    [ -z "$left" ] || fail "processes left in the hosts: $(ps -o pid=,args= -p "$(echo "$left" | paste -sd,)")"
+}
+
+# The wrapper each task runs: prints where it is (the starter's word: Slurm's node name,
+# else the host name the rsh agent gave), then execs the program.
+# shellcheck disable=SC2016 # expanded by each task's sh
+where='echo "pmix_hosts: rank ${PMIX_RANK:-?} on node ${SLURMD_NODENAME:-$(hostname)}" >&2; exec "$0" "$@"'
+
+# ---------------------------------------------------------------- Slurm
+slurm_2x2() {
+    local sdir="$TB_DIR/slurm" conf cluster h i pid ctld_host
+    conf="$sdir/slurm.conf"
+    cluster="cvhosts$$"
+    ctld_host="$(hostname -s)"
+    mkdir -p "$sdir/state" "$sdir/log" "$sdir/run" "$sdir/spool/h0" "$sdir/spool/h1" \
+        "$sdir/tmp/h0" "$sdir/tmp/h1"
+    # The ports are fixed: the daemons listen inside the test's own namespaces only.
+    cat >"$conf" <<CONF
+ClusterName=$cluster
+SlurmctldHost=$ctld_host($(addr_of h0))
+SlurmctldPort=6817
+SlurmdPort=6818
+AuthType=auth/none
+CredType=cred/none
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=pmix
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmUser=root
+SlurmdUser=root
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+StateSaveLocation=$sdir/state
+SlurmdSpoolDir=$sdir/spool/%n
+SlurmctldPidFile=$sdir/run/slurmctld.pid
+SlurmdPidFile=$sdir/run/slurmd-%n.pid
+SlurmctldLogFile=$sdir/log/slurmctld.log
+SlurmdLogFile=$sdir/log/slurmd-%n.log
+TmpFS=$sdir/tmp/%n
+ReturnToService=2
+NodeName=h0 NodeAddr=$(addr_of h0) CPUs=2 RealMemory=1000 State=UNKNOWN
+NodeName=h1 NodeAddr=$(addr_of h1) CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=test Nodes=h0,h1 Default=YES MaxTime=INFINITE State=UP
+CONF
+    export SLURM_CONF="$conf"
+    # nsenter, not ip netns exec: that one remounts /sys without cgroups and slurmd refuses
+    # to start (/work/shared/SLURM.md). nsenter execs the daemon: $! is its PID.
+    nsenter --net="/var/run/netns/$TB-h0" slurmctld -D -f "$conf" >"$sdir/log/slurmctld.out" 2>&1 &
+    DAEMONS+=($!)
+    for h in h0 h1; do
+        nsenter --net="/var/run/netns/$TB-$h" slurmd -D -N "$h" -f "$conf" >"$sdir/log/slurmd-$h.out" 2>&1 &
+        DAEMONS+=($!)
+    done
+    # Ready when both nodes are idle (about 1-2 s; at most 15 s).
+    i=0
+    until [ "$(nsenter --net="/var/run/netns/$TB-h0" sinfo -h -o '%n %t' 2>/dev/null | sort | tr '\n' ' ')" = "h0 idle h1 idle " ]; do
+        for pid in "${DAEMONS[@]}"; do
+            kill -0 "$pid" 2>/dev/null || {
+                tail -n 5 "$sdir/log/"* >&2
+                fail "a Slurm daemon (pid $pid) ended at start-up"
+            }
+        done
+        if [ $i -ge 150 ]; then
+            tail -n 5 "$sdir/log/"* >&2
+            fail "the test's Slurm did not come up in 15 s (nodes: $(nsenter --net="/var/run/netns/$TB-h0" sinfo -h -o '%n %t' 2>&1 | tr '\n' ' '))"
+        fi
+        sleep 0.1
+        i=$((i + 1))
+    done
+
+    BEFORE="$(testbed_left | tr '\n' ' ')"
+
+    # srun env: the cluster name reaches the tasks (coverse mixes it into the job key, so
+    # the shared-memory files of two Slurms with the same job number do not meet).
+    srun_job env
+    [ "$status" = 0 ] || fail "srun env: exit status $status"
+    [ "$(grep -c "^SLURM_CLUSTER_NAME=$cluster\$" "$LOG")" = 4 ] ||
+        fail "the tasks do not all see SLURM_CLUSTER_NAME=$cluster: $(grep SLURM_CLUSTER_NAME "$LOG" | tr '\n' ' ')"
+
+    srun_job sh -c "$where" "$legacy/legacy_ring" -laps 20 ++verbose
+    expect_ok ring "ring: 20 laps on 4 PEs ok"
+    placement 4 ring
+    check_spread 4
+    check_paths 4 ring tree
+    job_left
+
+    srun_job sh -c "$where" "$here/hosts_topology" -hosts 2 -ppn 2 ++verbose
+    expect_ok topology "topology: ok on 4 PEs, 2 hosts"
+    placement 4 topology
+    check_spread 4
+    check_paths 4
+    job_left
+}
+
+# srun_job CMD...: 4 tasks, 2 on each node in blocks (ranks 0, 1 on the first: topology.c
+# expects blocks; the other checks follow whatever placement the starter reports), from h0.
+# Each job's timeout keeps the whole test inside ctest's 150 s, so the trap always runs.
+srun_job() {
+    nsenter --net="/var/run/netns/$TB-h0" timeout -k 3 30 srun --mpi=pmix -N2 -n4 --ntasks-per-node=2 \
+        -m block "$@" >"$LOG" 2>&1 </dev/null
+    status=$?
+}
+
+# ---------------------------------------------------------------- Open MPI's mpirun
+mpirun_2x2() {
+    local h agent="$TB_DIR/rsh-agent"
+    # Host names resolve in the hosts as on a cluster: `ip netns exec` bind-mounts
+    # /etc/netns/NS/hosts over /etc/hosts. /etc/netns itself goes too if we made it.
+    [ -d /etc/netns ] || NETNS_DIRS+=(/etc/netns)
+    for h in h0 h1; do
+        NETNS_DIRS=("/etc/netns/$TB-$h" "${NETNS_DIRS[@]}")
+        mkdir -p "/etc/netns/$TB-$h" || fail "cannot make /etc/netns/$TB-$h"
+        printf '127.0.0.1 localhost\n%s h0\n%s h1\n' "$(addr_of h0)" "$(addr_of h1)" \
+            >"/etc/netns/$TB-$h/hosts" || fail "cannot write /etc/netns/$TB-$h/hosts"
+    done
+    # The rsh agent: mpirun runs `AGENT HOST orted ARGS...` with the words quoted for a
+    # remote shell, as ssh would join and hand them to one. This one enters the host's
+    # network namespace and a UTS namespace whose host name is HOST (so every orted and
+    # task, like mpirun itself, has its host's name), and runs the words with /bin/sh.
+    cat >"$agent" <<AGENT
+#!/bin/sh
+host="\$1"
+shift
+ip netns list | grep -q "^$TB-\$host\\( \\|\$\\)" || { echo "rsh-agent: no host '\$host'" >&2; exit 255; }
+exec ip netns exec "$TB-\$host" unshare --uts /bin/sh -c 'hostname "\$0" && exec /bin/sh -c "\$*"' "\$host" "\$@"
+AGENT
+    chmod +x "$agent"
+    BEFORE=""
+
+    mpirun_job "$legacy/legacy_ring" -laps 20 ++verbose
+    expect_ok ring "ring: 20 laps on 4 PEs ok"
+    placement 4 ring
+    check_spread 4
+    check_paths 4 ring tree
+    job_left
+
+    mpirun_job "$here/hosts_topology" -hosts 2 -ppn 2 ++verbose
+    expect_ok topology "topology: ok on 4 PEs, 2 hosts"
+    placement 4 topology
+    check_spread 4
+    check_paths 4
+    job_left
+}
+
+# mpirun_job PROGRAM ARGS...: 4 tasks on h0:2,h1:2 (by slot: blocks, as for srun) from
+# mpirun in h0 (named h0), its out-of-band TCP on eth0, its session directories in the
+# temp dir.
+mpirun_job() {
+    ip netns exec "$TB-h0" unshare --uts /bin/sh -c 'hostname h0 && exec "$@"' sh \
+        timeout -k 3 30 mpirun --allow-run-as-root --host h0:2,h1:2 -np 4 --map-by slot --bind-to none \
+        --mca plm_rsh_agent "$TB_DIR/rsh-agent" --mca oob_tcp_if_include eth0 \
+        --mca btl_tcp_if_include eth0 --mca orte_tmpdir_base "$TB_DIR/ompi" -x LSAN_OPTIONS -x ASAN_OPTIONS \
+        sh -c "$where" "$@" >"$LOG" 2>&1 </dev/null
+    status=$?
+}
+
+case "$scenario" in
+slurm_2x2) slurm_2x2 ;;
+mpirun_2x2) mpirun_2x2 ;;
+esac
+stop_daemons
+nothing_left
+echo "pmix_hosts $scenario: ok"
