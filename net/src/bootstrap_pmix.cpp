@@ -175,8 +175,7 @@ private:
     // them slurm.pmix.JOB.STEP, and job numbers start again in another Slurm cluster).
     static std::string key_text(const char* nspace) {
         std::string text = nspace;
-        for (const char* v : {"SLURM_CLUSTER_NAME", "SLURM_JOB_START_TIME"})
-            if (const char* s = std::getenv(v); s && *s) text.append(" ").append(s);
+        if (const char* c = std::getenv("SLURM_CLUSTER_NAME"); c && *c) text.append(" ").append(c);
         return text;
     }
 

@@ -45,9 +45,7 @@ std::uint64_t coarse_now_ns() noexcept {
 }
 
 std::string segment_name(std::uint64_t key, std::uint32_t receiver, std::uint32_t channel) {
-    char b[80];
-    std::snprintf(b, sizeof b, "/coverse-%016" PRIx64 "-%u-eager-%u", key, receiver, channel);
-    return b;
+    return pe_shm_prefix(key, receiver) + "eager-" + std::to_string(channel);
 }
 
 trace::protocol protocol_of(eager_kind k) noexcept {

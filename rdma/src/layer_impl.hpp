@@ -201,6 +201,10 @@ struct rndv_in;
 /// The mesh's sent callback for a frame whose completion is a send_completion.
 void mesh_sent(void* ctx, int result);
 
+/// "/coverse-KEY-PE-": what starts the shm_open name of every ring and eager channel that PE
+/// `pe` of job `key` creates (and nothing else's), so what a crashed PE left can be found.
+std::string pe_shm_prefix(std::uint64_t key, std::uint32_t pe);
+
 struct layer::impl {
     impl(layer& self, scheduler& sched, layer_config cfg, upcalls& up);
     ~impl();

@@ -28,21 +28,23 @@
 
 namespace coverse::rdma {
 
-namespace {
-
-std::string job_tag(std::uint64_t key) {
-    char b[24];
-    std::snprintf(b, sizeof b, "%016" PRIx64, key);
+std::string pe_shm_prefix(std::uint64_t key, std::uint32_t pe) {
+    char b[48];
+    std::snprintf(b, sizeof b, "/coverse-%016" PRIx64 "-%u-", key, pe);
     return b;
 }
 
+namespace {
+
 // The ring that carries frames from `from` to `to`; created by `to`.
 std::string ring_name(std::uint64_t key, std::uint32_t to, std::uint32_t from) {
-    return "/coverse-" + job_tag(key) + "-" + std::to_string(to) + "-from-" + std::to_string(from);
+    return pe_shm_prefix(key, to) + "from-" + std::to_string(from);
 }
 
 std::string bell_path(std::uint64_t key, std::uint32_t pe) {
-    return "/dev/shm/coverse-" + job_tag(key) + "-" + std::to_string(pe) + ".bell";
+    char b[64];
+    std::snprintf(b, sizeof b, "/dev/shm/coverse-%016" PRIx64 "-%u.bell", key, pe);
+    return b;
 }
 
 bool is_message(std::uint8_t type) noexcept {
@@ -70,11 +72,10 @@ void layer::impl::shm_create() {
 void layer::impl::remove_stale_names() {
     // We hold this PE's doorbell of this job key, so no running process is this PE of this
     // job: every ring and eager channel named for it was left by a crashed one.
-    const std::string prefix =
-        "coverse-" + job_tag(cfg.job_key) + "-" + std::to_string(cfg.rank) + "-";
+    std::string name = pe_shm_prefix(cfg.job_key, cfg.rank);
+    const std::string prefix = name.substr(1);  // a directory entry has no leading '/'
     DIR* d = ::opendir("/dev/shm");
     if (!d) return;
-    std::string name;
     while (const dirent* e = ::readdir(d)) {
         if (!std::string_view(e->d_name).starts_with(prefix)) continue;
         name.assign(1, '/').append(e->d_name);
