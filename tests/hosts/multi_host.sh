@@ -29,13 +29,14 @@ legacy="$4"
 here="$5"
 crm="${6:-}"
 . "$(dirname "$0")/testbed.sh"
+. "$(dirname "$0")/paths.sh"
 testbed_init "hosts-$scenario"
 LOG="$TB_DIR/log"
 
 make_hosts() {
     local i
     for ((i = 0; i < $1; ++i)); do
-        testbed_host "h$i" "10.99.$subnet.$((i + 1))/24" || fail "could not make host h$i"
+        testbed_host "h$i" "$(addr_of "h$i")/24" || fail "could not make host h$i"
     done
     {
         echo "group main"
@@ -94,69 +95,18 @@ crm_job() {
     for ((i = 0; i < ${#where[@]}; ++i)); do cat "$TB_DIR/pe$i.out"; done >"$LOG"
 }
 
-# pairs KIND... PES: the pairs ("i:j", i < j) a program connects on PES PEs: ring (PE p and
-# p + 1), tree (PE 0's spanning tree, fan-out 4: its broadcasts, CmiBarrier, ConverseExit's
-# vote) and star (PE 0 and every other PE).
-pairs() {
-    local pes="${!#}" kind p q
-    for kind in "${@:1:$#-1}"; do
-        for ((p = 0; p < pes; ++p)); do
-            case "$kind" in
-            ring) q=$(((p + 1) % pes)) ;;
-            tree) [ "$p" = 0 ] && continue; q=$(((p - 1) / 4)) ;;
-            star) [ "$p" = 0 ] && continue; q=0 ;;
-            esac
-            [ "$p" = "$q" ] && continue
-            if [ "$p" -lt "$q" ]; then echo "$p:$q"; else echo "$q:$p"; fi
-        done
-    done | sort -u
-}
-
-# check_paths PES PPN KIND...: under CONNECT=lazy ++verbose prints a per-peer line at each
-# end of each pair once the pair is set up, naming who dialed. Exactly the pairs the program
-# talks over (pairs KIND...) have them, both ends, once each; each says same host exactly for
-# PEs of one host (blocks of PPN) and names a dialer of the pair; and each PE listened on its
-# host's address.
-check_paths() {
-    local pes="$1" ppn="$2" i j k path want
+# check_job_paths PES PPN KIND...: check_paths (paths.sh) for PEs in blocks of PPN per host
+# (h0 first), and the launcher listened on h0's address.
+check_job_paths() {
+    local pes="$1" ppn="$2" i
     shift 2
-    for ((i = 0; i < pes; ++i)); do
-        local addr="10.99.$subnet.$((i / ppn + 1))"
-        grep -q "^coverse: PE $i listens on $addr:[0-9]* (eth0, " "$LOG" ||
-            fail "PE $i did not listen on $addr (its host's eth0)"
-    done
-    sed -n 's/^coverse: PE \([0-9]*\) -> PE \([0-9]*\): \(.*\); connected on first use, dialed by PE \([0-9]*\)$/\1 \2 \4 \3/p' \
-        "$LOG" >"$TB_DIR/paths"
-    [ "$(grep -c '^coverse: PE [0-9]* -> PE ' "$LOG")" = "$(wc -l <"$TB_DIR/paths")" ] ||
-        fail "a per-peer path line without 'connected on first use, dialed by PE n'"
-    while read -r i j k path; do
-        if [ $((i / ppn)) = $((j / ppn)) ]; then
-            want="same host, stream by shm ring, one-sided by cma"
-        else
-            want="other host, stream by connection, one-sided by tcp"
-        fi
-        [ "$path" = "$want" ] || fail "PE $i -> PE $j: '$path', expected '$want'"
-        [ "$k" = "$i" ] || [ "$k" = "$j" ] || fail "PE $i -> PE $j says PE $k dialed"
-        grep -qx "$j $i $k .*" "$TB_DIR/paths" || fail "PE $i -> PE $j without PE $j -> PE $i (dialed by PE $k)"
-    done <"$TB_DIR/paths"
-    [ "$(sort "$TB_DIR/paths" | uniq -d | wc -l)" = 0 ] || fail "a pair's line printed twice"
-    awk '{ if ($1 < $2) print $1 ":" $2; else print $2 ":" $1 }' "$TB_DIR/paths" | sort -u >"$TB_DIR/got"
-    pairs "$@" "$pes" >"$TB_DIR/want"
-    cmp -s "$TB_DIR/got" "$TB_DIR/want" ||
-        fail "connected pairs $(tr '\n' ' ' <"$TB_DIR/got")differ from the program's ($*): $(tr '\n' ' ' <"$TB_DIR/want")"
+    # shellcheck disable=SC2034 # read by check_paths (paths.sh)
+    HOST_OF=()
+    # shellcheck disable=SC2034
+    for ((i = 0; i < pes; ++i)); do HOST_OF[i]="h$((i / ppn))"; done
+    check_paths "$pes" "$@"
     [ -n "$crm" ] || grep -q "control socket 10.99.$subnet.1:[0-9]*, eth0" "$LOG" ||
         fail "the launcher did not listen on h0's address"
-}
-
-expect_ok() {
-    [ "$status" = 0 ] || fail "$1: exit status $status, expected 0"
-    grep -q "$2" "$LOG" || fail "$1: no '$2' in the output"
-}
-
-nothing_left() {
-    local left
-    left="$(testbed_left)"
-    [ -z "$left" ] || fail "processes left in the hosts: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"
 }
 
 case "$scenario" in
@@ -166,14 +116,14 @@ case "$scenario" in
     make_hosts "$hosts"
     job "$pes" 2 "$legacy/legacy_ring" -laps 20
     expect_ok ring "ring: 20 laps on $pes PEs ok"
-    check_paths "$pes" 2 ring tree
+    check_job_paths "$pes" 2 ring tree
     job "$pes" 2 "$here/hosts_topology" -hosts "$hosts" -ppn 2
     expect_ok topology "topology: ok on $pes PEs, $hosts hosts"
     job "$pes" 2 "$legacy/legacy_reduction"
     [ "$status" = 0 ] || fail "reduction: exit status $status"
     job "$pes" 2 "$legacy/legacy_large_messages" -flag "$TB_DIR/large"
     [ "$status" = 0 ] || fail "large_messages: exit status $status"
-    check_paths "$pes" 2 ring star tree
+    check_job_paths "$pes" 2 ring star tree
     nothing_left
     ;;
 host_id)
@@ -244,14 +194,14 @@ crm_2x2)
     make_hosts 2
     crm_job "10.99.$subnet.1" h0 h0 h1 h1 -- "$legacy/legacy_ring" -laps 20
     expect_ok ring "ring: 20 laps on 4 PEs ok"
-    check_paths 4 2 ring tree
+    check_job_paths 4 2 ring tree
     grep -q "^coverse: PE 2 listens on 10.99.$subnet.2:[0-9]* (eth0, the interface that reaches the launcher or the CRM; the CRM is on 10.99.$subnet.1)" "$LOG" ||
         fail "PE 2 does not say it chose the interface on the route to the CRM"
     crm_job "10.99.$subnet.1" h0 h0 h1 h1 -- "$here/hosts_topology" -hosts 2 -ppn 2
     expect_ok topology "topology: ok on 4 PEs, 2 hosts"
     crm_job "10.99.$subnet.1" h0 h0 h1 h1 -- "$legacy/legacy_large_messages" -flag "$TB_DIR/large"
     [ "$status" = 0 ] || fail "large_messages: exit status $status"
-    check_paths 4 2 ring star tree
+    check_job_paths 4 2 ring star tree
     nothing_left
     ;;
 crm_loopback)

@@ -25,11 +25,16 @@
 # missing. SUBNET is the third octet of the scenario's 10.99.SUBNET.0/24.
 set -u
 scenario="$1"
+# shellcheck disable=SC2034 # used by paths.sh
 subnet="$2"
 legacy="$3"
 here="$4"
 # shellcheck source-path=SCRIPTDIR source=testbed.sh
 . "$(dirname "$0")/testbed.sh"
+# shellcheck source=paths.sh
+. "$(dirname "$0")/paths.sh"
+# shellcheck source=../startup/slurm_conf.sh
+. "$(dirname "$0")/../startup/slurm_conf.sh"
 # Under ASan: libpmix's own leaks from PMIx_Init are suppressed, nothing else (as in
 # tests/startup/pmix_check.sh); srun passes the environment, mpirun gets -x.
 LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/../startup" && pwd)/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -87,28 +92,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-addr_of() { echo "10.99.$subnet.$((${1#h} + 1))"; }
 
 for h in h0 h1; do
     testbed_host "$h" "$(addr_of "$h")/24" || fail "could not make host $h"
 done
-
-# pairs KIND... PES: the pairs ("i:j", i < j) a program connects on PES PEs: ring (PE p and
-# p + 1) and tree (PE 0's spanning tree, fan-out 4: its broadcasts, CmiBarrier,
-# ConverseExit's vote). From multi_host.sh.
-pairs() {
-    local pes="${!#}" kind p q
-    for kind in "${@:1:$#-1}"; do
-        for ((p = 0; p < pes; ++p)); do
-            case "$kind" in
-            ring) q=$(((p + 1) % pes)) ;;
-            tree) [ "$p" = 0 ] && continue; q=$(((p - 1) / 4)) ;;
-            esac
-            [ "$p" = "$q" ] && continue
-            if [ "$p" -lt "$q" ]; then echo "$p:$q"; else echo "$q:$p"; fi
-        done
-    done | sort -u
-}
 
 # placement PES WHAT: HOST_OF[i] is the host PE i ran on, from the starter's own line each task
 # prints before it execs the program ("pmix_hosts: rank R on node N"; R is the PMIx rank,
@@ -126,55 +113,12 @@ placement() {
     echo "$2: PEs 0..$((pes - 1)) ran on ${HOST_OF[*]}"
 }
 
-# check_paths PES KIND...: each PE listened on its own host's eth0 address; under
-# CONNECT=lazy ++verbose prints a per-peer line at each end of each pair once the pair is
-# set up, naming who dialed: exactly the pairs the program talks over (pairs KIND...) have
-# them, both ends, once each; each says same host exactly for PEs of one host (HOST_OF)
-# and names a dialer of the pair. No KIND: any pairs (the lines must still agree with
-# HOST_OF). Adapted from multi_host.sh.
-check_paths() {
-    local pes="$1" i j k path want addr
-    shift
-    for ((i = 0; i < pes; ++i)); do
-        addr="$(addr_of "${HOST_OF[i]}")"
-        grep -q "^coverse: PE $i listens on $addr:[0-9]* (eth0, " "$LOG" ||
-            fail "PE $i (on ${HOST_OF[i]}) did not listen on $addr (its host's eth0): $(grep "^coverse: PE $i listens on" "$LOG")"
-    done
-    sed -n 's/^coverse: PE \([0-9]*\) -> PE \([0-9]*\): \(.*\); connected on first use, dialed by PE \([0-9]*\)$/\1 \2 \4 \3/p' \
-        "$LOG" >"$TB_DIR/paths"
-    [ "$(grep -c '^coverse: PE [0-9]* -> PE ' "$LOG")" = "$(wc -l <"$TB_DIR/paths")" ] ||
-        fail "a per-peer path line without 'connected on first use, dialed by PE n'"
-    # shellcheck disable=SC2094 # the loop and grep only read the file
-    while read -r i j k path; do
-        if [ "${HOST_OF[i]}" = "${HOST_OF[j]}" ]; then
-            want="same host, stream by shm ring, one-sided by cma"
-        else
-            want="other host, stream by connection, one-sided by tcp"
-        fi
-        [ "$path" = "$want" ] ||
-            fail "PE $i (${HOST_OF[i]}) -> PE $j (${HOST_OF[j]}): '$path', expected '$want'"
-        [ "$k" = "$i" ] || [ "$k" = "$j" ] || fail "PE $i -> PE $j says PE $k dialed"
-        grep -qx "$j $i $k .*" "$TB_DIR/paths" || fail "PE $i -> PE $j without PE $j -> PE $i (dialed by PE $k)"
-    done <"$TB_DIR/paths"
-    [ "$(sort "$TB_DIR/paths" | uniq -d | wc -l)" = 0 ] || fail "a pair's line printed twice"
-    [ $# -gt 0 ] || return 0
-    awk '{ if ($1 < $2) print $1 ":" $2; else print $2 ":" $1 }' "$TB_DIR/paths" | sort -u >"$TB_DIR/got"
-    pairs "$@" "$pes" >"$TB_DIR/want"
-    cmp -s "$TB_DIR/got" "$TB_DIR/want" ||
-        fail "connected pairs $(tr '\n' ' ' <"$TB_DIR/got")differ from the program's ($*): $(tr '\n' ' ' <"$TB_DIR/want")"
-}
-
 # check_spread PES: HOST_OF puts PES/2 PEs on each host (so the ++verbose lines test both
 # paths: the shared-memory one within each host and TCP between them).
 check_spread() {
     local pes="$1" n0=0 i
     for ((i = 0; i < pes; ++i)); do [ "${HOST_OF[i]}" = h0 ] && n0=$((n0 + 1)); done
     [ "$n0" = $((pes / 2)) ] || fail "$n0 of $pes PEs ran on h0, expected $((pes / 2)) (2 per node)"
-}
-
-expect_ok() {
-    [ "$status" = 0 ] || fail "$1: exit status $status, expected 0"
-    grep -q "$2" "$LOG" || fail "$1: no '$2' in the output"
 }
 
 # job_left: fails when a process that was not in the hosts before the job (BEFORE: the
@@ -194,11 +138,6 @@ job_left() {
     fail "processes of the job left in the hosts: $(ps -o pid=,args= -p "${extra// /,}")"
 }
 
-nothing_left() {
-    local left
-    left="$(testbed_left)"
-    [ -z "$left" ] || fail "processes left in the hosts: $(ps -o pid=,args= -p "$(echo "$left" | paste -sd,)")"
-}
 
 # The wrapper each task runs: prints where it is (the starter's word: Slurm's node name,
 # else the host name the rsh agent gave), then execs the program.
@@ -214,36 +153,8 @@ slurm_2x2() {
     mkdir -p "$sdir/state" "$sdir/log" "$sdir/run" "$sdir/spool/h0" "$sdir/spool/h1" \
         "$sdir/tmp/h0" "$sdir/tmp/h1"
     # The ports are fixed: the daemons listen inside the test's own namespaces only.
-    cat >"$conf" <<CONF
-ClusterName=$cluster
-SlurmctldHost=$ctld_host($(addr_of h0))
-SlurmctldPort=6817
-SlurmdPort=6818
-AuthType=auth/none
-CredType=cred/none
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=pmix
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmUser=root
-SlurmdUser=root
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-StateSaveLocation=$sdir/state
-SlurmdSpoolDir=$sdir/spool/%n
-SlurmctldPidFile=$sdir/run/slurmctld.pid
-SlurmdPidFile=$sdir/run/slurmd-%n.pid
-SlurmctldLogFile=$sdir/log/slurmctld.log
-SlurmdLogFile=$sdir/log/slurmd-%n.log
-TmpFS=$sdir/tmp/%n
-ReturnToService=2
-NodeName=h0 NodeAddr=$(addr_of h0) CPUs=2 RealMemory=1000 State=UNKNOWN
-NodeName=h1 NodeAddr=$(addr_of h1) CPUs=2 RealMemory=1000 State=UNKNOWN
-PartitionName=test Nodes=h0,h1 Default=YES MaxTime=INFINITE State=UP
-CONF
+    slurm_conf "$conf" "$sdir" "$cluster" "$ctld_host" "$(addr_of h0)" 6817 6818 \
+        "h0=$(addr_of h0)" "h1=$(addr_of h1)"
     export SLURM_CONF="$conf"
     # nsenter, not ip netns exec: that one remounts /sys without cgroups and slurmd refuses
     # to start (/work/shared/SLURM.md). nsenter execs the daemon: $! is its PID.

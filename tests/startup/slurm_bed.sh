@@ -52,35 +52,9 @@ slurmd_port=$(free_port)
 node=$(hostname -s)
 mkdir -p "$dir/spool/$node" "$dir/state" "$dir/log" "$dir/run" "$dir/tmp/$node"
 conf=$dir/slurm.conf
-cat >"$conf" <<CONF
-ClusterName=coverse-test-$$
-SlurmctldHost=$node(127.0.0.1)
-SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
-AuthType=auth/none
-CredType=cred/none
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=pmix
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmUser=root
-SlurmdUser=root
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool/%n
-SlurmctldPidFile=$dir/run/slurmctld.pid
-SlurmdPidFile=$dir/run/slurmd-%n.pid
-SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd-%n.log
-TmpFS=$dir/tmp/%n
-ReturnToService=2
-NodeName=$node NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
-PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP
-CONF
+. "$(dirname "$0")/slurm_conf.sh"
+slurm_conf "$conf" "$dir" "coverse-test-$$" "$node" 127.0.0.1 "$ctld_port" "$slurmd_port" \
+    "$node=127.0.0.1"
 
 slurmctld -D -f "$conf" >"$dir/log/slurmctld.out" 2>&1 &
 ctld_pid=$!
