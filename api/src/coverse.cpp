@@ -57,8 +57,8 @@ message& message::operator=(message&& o) noexcept {
     return *this;
 }
 
-message::~message() {
-    if (_msg) alloc::msg_free(_msg);
+void message::free_message(void* msg) noexcept {
+    alloc::msg_free(msg);
 }
 
 message message::allocate(int handler, std::size_t payload_size) {
@@ -107,8 +107,16 @@ message_stream::~message_stream() {
 
 void message_stream::push(void* msg) {
     if (auto* w = _waiters.pop_front()) {
-        static_cast<receive_awaiter*>(w)->_msg = msg;  // handed over with the wake-up
-        w->wake();
+        auto* r = static_cast<receive_awaiter*>(w);
+        r->_msg = msg;  // handed over with the wake-up
+        // Called by the dispatch loop's own handler call (not nested in another handler,
+        // not in nested progress): the receiving task runs now, as a handler would. Else it
+        // runs from the ready queue, after whatever the caller still does (which may stop
+        // it: it then gives the message back).
+        if (_machine->_core->resume_inline_ok())
+            r->resume_now();
+        else
+            w->wake();
         return;
     }
     _queue.push_back(msg);
@@ -125,13 +133,16 @@ void message_stream::give_back(void* msg) {
 }
 
 void message_stream::taken(void* msg) {
-    const std::uint32_t flags = header_of(msg)->flags;
-    if (!(flags & credit_flag) || _capacity == 0) return;
+    CmiMsgHeaderBasic* h = header_of(msg);
+    const std::uint32_t flags = h->flags;
+    if (!(flags & credit_flag)) return;  // not a credited send (or an unbounded stream)
     const std::uint32_t from = flags >> source_shift;
-    header_of(msg)->flags &= ~(credit_flag | (~0u << source_shift));
-    if (_owed.size() <= from) _owed.resize(from + 1, 0);
+    h->flags = flags & ~(credit_flag | (~0u << source_shift));
+    // Sized for every PE at registration; a sender PE out of range is a peer's bug.
+    if (from >= _owed.size()) [[unlikely]]
+        return;
     std::uint32_t& owed = _owed[from];
-    if (++owed >= (_capacity + 1) / 2) {
+    if (++owed >= _return_at) {
         _machine->return_credits(from, _handler, owed);
         owed = 0;
     }
@@ -172,18 +183,23 @@ message_stream::receive_awaiter::~receive_awaiter() {
 }
 
 message message_stream::receive_awaiter::await_resume() {
+    void* m = _msg;
+    if (!m || (_stop && _stop->stop_requested())) [[unlikely]]
+        return resume_without_message();
+    _msg = nullptr;
+    _s.taken(m);
+    return message(m);
+}
+
+// A wait that ended without a message (cancelled, a PE lost), or one stopped after the
+// message was handed over but before its task ran again (a timeout, a when_any loser): that
+// message goes back, and the receive is cancelled.
+message message_stream::receive_awaiter::resume_without_message() {
     check_cancelled();
     if (_lost != no_pe)
         throw peer_lost(_lost, "waiting for a message of handler " + std::to_string(_s._handler));
-    if (_msg && _stop && _stop->stop_requested()) {
-        // Stopped after the message was handed over but before this task ran again (a
-        // timeout, a when_any loser): the message goes back, the receive is cancelled.
-        _s.give_back(std::exchange(_msg, nullptr));
-        throw cancelled_error{};
-    }
-    void* m = std::exchange(_msg, nullptr);
-    _s.taken(m);
-    return message(m);
+    if (_msg) _s.give_back(std::exchange(_msg, nullptr));
+    throw cancelled_error{};
 }
 
 task<message> message_stream::next() {
@@ -226,7 +242,8 @@ machine::~machine() {
 }
 
 void machine::check_not_lost(std::uint32_t pe, const char* what) const {
-    if (_core->is_lost(pe)) throw peer_lost(pe, what);
+    if (_core->is_lost(pe)) [[unlikely]]
+        throw peer_lost(pe, what);
 }
 
 // ON_PEER_LOST=report: the core queued this behind what the PE sent. Everything waiting on it
@@ -264,7 +281,7 @@ bool machine::is_lost(std::uint32_t pe) const noexcept {
 }
 
 void machine::check_pe(std::uint32_t pe, const char* what) const {
-    if (pe >= _core->num_pes())
+    if (pe >= _core->num_pes()) [[unlikely]]
         throw std::out_of_range(std::string("coverse::machine::") + what + ": PE " +
                                 std::to_string(pe) + " is not in this job of " +
                                 std::to_string(_core->num_pes()) + " PEs (0.." +
@@ -286,6 +303,8 @@ message_stream& machine::register_stream(std::uint32_t capacity) {
     message_stream* s = _streams.back().get();
     s->_machine = this;
     s->_capacity = capacity;
+    s->_return_at = (capacity + 1) / 2;
+    if (capacity > 0) s->_owed.assign(num_pes(), 0);
     s->_handler = _core->register_handler(
         nullptr, [](void* msg, void* user) { static_cast<message_stream*>(user)->push(msg); }, s);
     const auto index = static_cast<std::size_t>(s->_handler);
@@ -371,9 +390,11 @@ task<void> send_op::run(send_op op) {
 // instructions of a ping-pong's round trip). False leaves the rest to send_rest, with the
 // stream credit to wait for in `wait` when there was none to take.
 bool machine::send_at_once(std::uint32_t pe, message& msg, semaphore*& wait) {
-    check_pe(pe, "send");
-    if (!msg) throw std::invalid_argument("coverse::machine::send: an empty message");
-    check_not_lost(pe, "a send to it");
+    if (pe >= _core->num_pes() || !msg || _core->is_lost(pe)) [[unlikely]] {
+        check_pe(pe, "send");
+        if (!msg) throw std::invalid_argument("coverse::machine::send: an empty message");
+        check_not_lost(pe, "a send to it");
+    }
     const int h = msg.handler();
     if (message_stream* s = stream_for(h); s && s->capacity() > 0) {
         semaphore& c =
@@ -407,9 +428,10 @@ void machine::mark_credited(message& msg) const noexcept {
 // A small one that fits the peer's ring or eager slot has gone once it is there: no
 // frame, handle or completion.
 bool machine::send_small(std::uint32_t pe, message& msg) {
-    if (!_core->send_now(pe, msg.bytes())) return false;
-    msg = message{};
-    check_not_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
+    if (!_core->send_now_taking(pe, msg.get())) return false;
+    (void)msg.release();  // freed by the core once it was copied
+    if (_core->is_lost(pe)) [[unlikely]]
+        throw peer_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
     return true;
 }
 

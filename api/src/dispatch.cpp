@@ -291,8 +291,16 @@ int pe_core::schedule(int max_msgs, bool poll_only) {
                 _idle = false;
                 raise_condition(CcdPROCESSOR_END_IDLE);
             }
-            call_handler(msg);
+            // A coroutine stream's handler resumes the task waiting for the message inline
+            // (resume_inline_ok), unless this loop runs inside another handler.
+            {
+                const top_call mark(*this);
+                call_handler(msg);
+            }
             ++delivered;
+            // A task a handler woke otherwise (an event, a semaphore) runs now too, before
+            // the loop looks for the next message.
+            if (!_deliveries_held) _sched->run_ready_now();
             continue;
         }
         if (poll_only) break;

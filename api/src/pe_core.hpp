@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include <coverse/alloc/message.hpp>
 #include <coverse/coverse.hpp>
 #include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>
@@ -189,11 +190,12 @@ public:
     /// once: start_send is nullopt when every handle slot is in use (then send_async), else
     /// the handle (null: finished); finish_send waits for it and releases it.
     std::optional<CmiCommHandle> start_send(std::uint32_t dest, std::span<const std::byte> msg);
-    /// The small-message fast path alone (try_send_now, borrowing `msg`): true when the
-    /// message is in the peer's ring or eager slot, so the send is done.
-    bool send_now(std::uint32_t dest, std::span<const std::byte> msg) {
-        return try_send_now(static_cast<int>(dest), static_cast<int>(msg.size()),
-                            const_cast<std::byte*>(msg.data()), ownership::borrow);
+    /// The small-message fast path alone (try_send_now), taking ownership of `msg` (a whole
+    /// CmiAlloc'd message): true when it is in the peer's ring or eager slot, so the send is
+    /// done and `msg` freed; false leaves it to the caller.
+    bool send_now_taking(std::uint32_t dest, void* msg) {
+        return try_send_now(static_cast<int>(dest), static_cast<int>(alloc::msg_size(msg)), msg,
+                            ownership::take);
     }
     task<void> finish_send(CmiCommHandle h, std::uint32_t dest);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
@@ -237,6 +239,11 @@ public:
     /// deliveries until its entry coroutine has started (its first statements register the
     /// streams), as ConverseInit calls the start function before its scheduler loop.
     void hold_deliveries(bool held) noexcept { _deliveries_held = held; }
+    /// True while the dispatch loop (schedule) calls a handler that is not nested in another
+    /// one: a coroutine stream may then resume the task it hands the message to, inline.
+    bool resume_inline_ok() const noexcept {
+        return _top_handler_call && _sched->delivery_depth() == 1;
+    }
     bool enqueue(void* msg, int strategy, int priobits, const void* prio);
     std::size_t queue_length() const noexcept { return _sched_queue.size(); }
     int deliver_network(int max_msgs);
@@ -523,6 +530,18 @@ private:
     priority_queue_cqs _sched_queue;
     bool _exit_requested = false;
     bool _deliveries_held = false;
+    bool _top_handler_call = false;  // see resume_inline_ok
+    // schedule()'s own handler call; a loop running inside a handler does not count.
+    struct top_call {
+        explicit top_call(pe_core& c) noexcept : _c(c), _was(c._top_handler_call) {
+            c._top_handler_call = !c._sched->in_delivery();
+        }
+        ~top_call() { _c._top_handler_call = _was; }
+        top_call(const top_call&) = delete;
+        top_call& operator=(const top_call&) = delete;
+        pe_core& _c;
+        bool _was;
+    };
     bool _idle = false;
 
     std::uint32_t _barrier_epoch = 0;

@@ -44,6 +44,7 @@ int stop_handler_hits = 0;
 coverse::message_stream* st_go = nullptr;  // put_notify's cancelled note would land here
 int st_go_handler = -1;
 coverse::task_scope* stop_target = nullptr;
+int stop_delivers_first = -1;  // the stopper's handler first delivers this handler's message
 bool scope_task_done = false;
 
 coverse::task<void> receive_expecting_cancel(coverse::message_stream& s, bool* cancelled) {
@@ -209,15 +210,18 @@ coverse::task<void> cancellation(coverse::machine& m, streams st) {
         EXPECT(cancelled, "a stopped receive must throw cancelled_error", pe);
 
         // Stop after the message was handed to the waiting receive, before it ran again:
-        // both messages are delivered in one turn (the stream's, then one whose handler
-        // requests the stop), so the receive resumes already stopped and gives it back.
+        // the stopper's handler delivers the stream's message itself (CmiDeliverSpecificMsg,
+        // nested in that handler, so the receiving task is only woken), then requests the
+        // stop; the receive resumes already stopped and gives the message back. (Delivered
+        // by the loop itself, the message would resume the receive at once.)
         coverse::task_scope scope2("cancel after hand-off");
         stop_target = &scope2;
+        stop_delivers_first = self.handler();
         bool cancelled2 = false;
         scope2.spawn(receive_expecting_cancel(self, &cancelled2), "receive handed a message");
         co_await coverse::sleep_for(1ms);
-        co_await m.send_value(me, self.handler(), std::uint32_t{77});
         co_await m.send(me, stopper, std::span<const std::byte>{});
+        co_await m.send_value(me, self.handler(), std::uint32_t{77});
         co_await scope2.join();
         EXPECT(stop_handler_hits == 1 && cancelled2, "the handed-over receive must be cancelled",
                pe);
@@ -527,6 +531,7 @@ coverse::task<void> entry(coverse::machine& m) {
     st_go_handler = st.go->handler();
     st.stopper = m.register_handler([](coverse::message) {
         ++stop_handler_hits;
+        if (stop_delivers_first >= 0) CmiDeliverSpecificMsg(stop_delivers_first);
         stop_target->request_stop();
     });
     co_await sends(m, st);

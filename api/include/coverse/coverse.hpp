@@ -87,7 +87,9 @@ public:
     explicit message(void* msg) noexcept : _msg(msg) {}
     message(message&& o) noexcept : _msg(o.release()) {}
     message& operator=(message&& o) noexcept;
-    ~message();
+    ~message() {
+        if (_msg) free_message(_msg);  // inline: a moved-from message costs a test
+    }
 
     /// A message for `handler` with `payload_size` bytes of payload left uninitialised, to
     /// be filled in place (payload()) and sent without a copy.
@@ -131,6 +133,7 @@ public:
 
 private:
     [[noreturn]] void size_mismatch(std::size_t want, bool array) const;
+    static void free_message(void* msg) noexcept;
     void* _msg = nullptr;
 };
 
@@ -210,7 +213,13 @@ public:
         message await_resume();
 
     private:
+        [[noreturn]] message resume_without_message();
         friend class message_stream;
+        // Handed its message by the dispatch loop's handler call: resumes its task now.
+        void resume_now() noexcept {
+            st = state::woken;
+            handle.resume();
+        }
         message_stream& _s;
         void* _msg = nullptr;
         const std::stop_token* _stop = nullptr;
@@ -255,6 +264,7 @@ private:
     machine* _machine = nullptr;
     int _handler = -1;
     std::uint32_t _capacity = 0;
+    std::uint32_t _return_at = 0;  // owed credits go back at half the capacity
     std::deque<void*> _queue;
     detail::waiter_list _waiters;
     std::vector<std::uint32_t> _owed;  // credits to return, by PE

@@ -132,6 +132,8 @@ public:
     std::size_t pending_deliveries() const noexcept { return _deliveries.size(); }
     /// True while a user-handler delivery is running on this scheduler.
     bool in_delivery() const noexcept { return _delivery_depth > 0; }
+    /// How many user-handler deliveries are running, one inside another.
+    int delivery_depth() const noexcept { return _delivery_depth; }
     /// Runs one queued delivery now, if allowed (not nested). For CmiDeliverMsgs-style
     /// callers that pump deliveries one by one. Returns whether one ran.
     bool deliver_one();
@@ -145,6 +147,11 @@ public:
     /// expired timers, the reactor, the pollers, and deliveries when not nested.
     /// Returns whether anything ran.
     bool run_once();
+    /// Runs the ready tasks now (up to the quota), nothing else: for a dispatch loop whose
+    /// handler just woke the task that waits for its message (a coroutine stream), so that
+    /// the task runs before the next message is looked for, as a handler would have.
+    /// Returns whether any ran.
+    bool run_ready_now() { return !_ready.empty() && run_ready(); }
     /// Runs the loop (idle policy included) until `done()` is true.
     template <class Pred>
     void run_until(Pred done) {
