@@ -37,16 +37,18 @@ TB_NETNS_DIRS=()
 TB_DIR=""
 TB_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+# Every step goes on when one fails (a veth is gone with its namespace already), also
+# under a caller's `set -e`, which a trap runs with.
 testbed_cleanup() {
-    local h pid
+    local h pid l
     for h in "${TB_HOSTS[@]}"; do
-        for pid in $(ip netns pids "$TB-$h" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+        for pid in $(ip netns pids "$TB-$h" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || :; done
     done
-    for h in "${TB_HOSTS[@]}"; do ip netns del "$TB-$h" 2>/dev/null; done
-    for l in "${TB_LINKS[@]}"; do ip link del "$l" 2>/dev/null; done
-    for l in "${TB_BRIDGES[@]}"; do ip link del "$TB$l" 2>/dev/null; done
-    for l in "${TB_NETNS_DIRS[@]}"; do rm -rf "$l"; done
-    [ -n "$TB_DIR" ] && rm -rf "$TB_DIR"
+    for h in "${TB_HOSTS[@]}"; do ip netns del "$TB-$h" 2>/dev/null || :; done
+    for l in "${TB_LINKS[@]}"; do ip link del "$l" 2>/dev/null || :; done
+    for l in "${TB_BRIDGES[@]}"; do ip link del "$TB$l" 2>/dev/null || :; done
+    for l in "${TB_NETNS_DIRS[@]}"; do rm -rf "$l" || :; done
+    [ -z "$TB_DIR" ] || rm -rf "$TB_DIR" || :
     return 0
 }
 
