@@ -124,9 +124,9 @@ trap cleanup EXIT
 if [ "$hosts" != 0 ]; then
     # The test bed's helpers (testbed_*, addr_of); its trap is replaced by ours, which calls
     # its clean-up last: the namespaces (and every process left in them, by PID), the bridge.
-    # shellcheck source=../tests/hosts/testbed.sh
+    # shellcheck source-path=SCRIPTDIR source=../tests/hosts/testbed.sh
     . tests/hosts/testbed.sh
-    # shellcheck source=../tests/hosts/paths.sh
+    # shellcheck source-path=SCRIPTDIR source=../tests/hosts/paths.sh
     . tests/hosts/paths.sh
     # shellcheck disable=SC2034 # read by addr_of (paths.sh); the bridge is ours alone
     subnet=250

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # testbed.sh: hosts on one machine for the multi-host tests, sourced by each test script.
 # A host is a network namespace with one veth interface (eth0) on a bridge the test makes;
 # every name carries the test's PID, so tests run side by side (ctest -j, other worktrees).
