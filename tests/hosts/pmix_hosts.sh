@@ -66,7 +66,6 @@ esac
 testbed_init "pmix-$scenario"
 LOG="$TB_DIR/log"
 DAEMONS=()
-NETNS_DIRS=()
 
 # stop_daemons: the daemons by their PIDs (TERM, then KILL after 5 s).
 stop_daemons() {
@@ -83,11 +82,9 @@ stop_daemons() {
     done
     DAEMONS=()
 }
-# At exit, also on failure: the daemons, the /etc/netns files, then the test bed.
+# At exit, also on failure: the daemons, then the test bed (and its /etc/netns files).
 cleanup() {
-    local d
     stop_daemons
-    for d in "${NETNS_DIRS[@]}"; do rm -rf "$d"; done
     testbed_cleanup
 }
 trap cleanup EXIT
@@ -216,28 +213,9 @@ srun_job() {
 
 # ---------------------------------------------------------------- Open MPI's mpirun
 mpirun_2x2() {
-    local h agent="$TB_DIR/rsh-agent"
-    # Host names resolve in the hosts as on a cluster: `ip netns exec` bind-mounts
-    # /etc/netns/NS/hosts over /etc/hosts. /etc/netns itself goes too if we made it.
-    [ -d /etc/netns ] || NETNS_DIRS+=(/etc/netns)
-    for h in h0 h1; do
-        NETNS_DIRS=("/etc/netns/$TB-$h" "${NETNS_DIRS[@]}")
-        mkdir -p "/etc/netns/$TB-$h" || fail "cannot make /etc/netns/$TB-$h"
-        printf '127.0.0.1 localhost\n%s h0\n%s h1\n' "$(addr_of h0)" "$(addr_of h1)" \
-            >"/etc/netns/$TB-$h/hosts" || fail "cannot write /etc/netns/$TB-$h/hosts"
-    done
-    # The rsh agent: mpirun runs `AGENT HOST orted ARGS...` with the words quoted for a
-    # remote shell, as ssh would join and hand them to one. This one enters the host's
-    # network namespace and a UTS namespace whose host name is HOST (so every orted and
-    # task, like mpirun itself, has its host's name), and runs the words with /bin/sh.
-    cat >"$agent" <<AGENT
-#!/bin/sh
-host="\$1"
-shift
-ip netns list | grep -q "^$TB-\$host\\( \\|\$\\)" || { echo "rsh-agent: no host '\$host'" >&2; exit 255; }
-exec ip netns exec "$TB-\$host" unshare --uts /bin/sh -c 'hostname "\$0" && exec /bin/sh -c "\$*"' "\$host" "\$@"
-AGENT
-    chmod +x "$agent"
+    # Host names resolve in the hosts as on a cluster; the rsh agent enters the namespaces.
+    testbed_names "h0=$(addr_of h0)" "h1=$(addr_of h1)" || fail "cannot write /etc/netns/$TB-h*/hosts"
+    testbed_rsh_agent "$TB_DIR/rsh-agent" || fail "cannot write the rsh agent"
     BEFORE=""
 
     mpirun_job "$legacy/legacy_ring" -laps 20 ++verbose
@@ -259,8 +237,7 @@ AGENT
 # mpirun in h0 (named h0), its out-of-band TCP on eth0, its session directories in the
 # temp dir.
 mpirun_job() {
-    ip netns exec "$TB-h0" unshare --uts /bin/sh -c 'hostname h0 && exec "$@"' sh \
-        timeout -k 3 30 mpirun --allow-run-as-root --host h0:2,h1:2 -np 4 --map-by slot --bind-to none \
+    testbed_exec_named h0 timeout -k 3 30 mpirun --allow-run-as-root --host h0:2,h1:2 -np 4 --map-by slot --bind-to none \
         --mca plm_rsh_agent "$TB_DIR/rsh-agent" --mca oob_tcp_if_include eth0 \
         --mca btl_tcp_if_include eth0 --mca orte_tmpdir_base "$TB_DIR/ompi" -x LSAN_OPTIONS -x ASAN_OPTIONS \
         sh -c "$where" "$@" >"$LOG" 2>&1 </dev/null

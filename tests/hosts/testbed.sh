@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # testbed.sh: hosts on one machine for the multi-host tests, sourced by each test script.
 # A host is a network namespace with one veth interface (eth0) on a bridge the test makes;
 # every name carries the test's PID, so tests run side by side (ctest -j, other worktrees).
@@ -16,6 +17,16 @@
 #                            one more interface IF in host H, on BRIDGE
 #   testbed_exec H CMD...    runs CMD in host H
 #   testbed_shell            the ++remote-shell value: "hosts_shell.sh PREFIX"
+#   testbed_names H=ADDR...  the names H resolve to ADDR in every host of the list, as on a
+#                            cluster: /etc/netns/$TB-H/hosts, which `ip netns exec` mounts
+#                            over /etc/hosts (removed on exit, /etc/netns too if we made it)
+#   testbed_rsh_agent FILE   writes FILE, an rsh agent for Open MPI's plm_rsh_agent:
+#                            `FILE HOST WORDS...` runs the words with /bin/sh in host HOST
+#                            under the host name HOST, as ssh would (in_host.sh)
+#   testbed_exec_named H CMD...
+#                            runs CMD in host H under the host name H: mpirun there
+#                            (in_host.sh, which a caller runs itself where CMD's PID must
+#                            be its $!, or under timeout)
 #   testbed_left             prints the PIDs still running in any of our namespaces
 set -u
 
@@ -23,18 +34,22 @@ TB=""
 TB_HOSTS=()
 TB_LINKS=()
 TB_BRIDGES=()
+TB_NETNS_DIRS=()
 TB_DIR=""
 TB_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+# Every step goes on when one fails (a veth is gone with its namespace already), also
+# under a caller's `set -e`, which a trap runs with.
 testbed_cleanup() {
-    local h pid
+    local h pid l
     for h in "${TB_HOSTS[@]}"; do
-        for pid in $(ip netns pids "$TB-$h" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+        for pid in $(ip netns pids "$TB-$h" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || :; done
     done
-    for h in "${TB_HOSTS[@]}"; do ip netns del "$TB-$h" 2>/dev/null; done
-    for l in "${TB_LINKS[@]}"; do ip link del "$l" 2>/dev/null; done
-    for l in "${TB_BRIDGES[@]}"; do ip link del "$TB$l" 2>/dev/null; done
-    [ -n "$TB_DIR" ] && rm -rf "$TB_DIR"
+    for h in "${TB_HOSTS[@]}"; do ip netns del "$TB-$h" 2>/dev/null || :; done
+    for l in "${TB_LINKS[@]}"; do ip link del "$l" 2>/dev/null || :; done
+    for l in "${TB_BRIDGES[@]}"; do ip link del "$TB$l" 2>/dev/null || :; done
+    for l in "${TB_NETNS_DIRS[@]}"; do rm -rf "$l" || :; done
+    [ -z "$TB_DIR" ] || rm -rf "$TB_DIR" || :
     return 0
 }
 
@@ -96,6 +111,34 @@ testbed_exec() {
 
 testbed_shell() {
     echo "$TB_HERE/hosts_shell.sh $TB"
+}
+
+testbed_names() {
+    local entry h e
+    # /etc/netns itself goes too if we made it; the hosts' folders go first.
+    [ -d /etc/netns ] || TB_NETNS_DIRS+=(/etc/netns)
+    for entry in "$@"; do
+        h="${entry%%=*}"
+        TB_NETNS_DIRS=("/etc/netns/$TB-$h" "${TB_NETNS_DIRS[@]}")
+        mkdir -p "/etc/netns/$TB-$h" || return 1
+        {
+            echo "127.0.0.1 localhost"
+            for e in "$@"; do echo "${e#*=} ${e%%=*}"; done
+        } >"/etc/netns/$TB-$h/hosts" || return 1
+    done
+}
+
+# mpirun runs `AGENT HOST orted ARGS...` with the words quoted for a remote shell, as ssh
+# would join and hand them to one; the agent runs them with /bin/sh in host HOST, named HOST
+# (in_host.sh), as mpirun itself runs in testbed_exec_named.
+testbed_rsh_agent() {
+    printf '#!/bin/sh\nhost="$1"\nshift\nexec "%s" "%s" "$host" /bin/sh -c "$*"\n' \
+        "$TB_HERE/in_host.sh" "$TB" >"$1" || return 1
+    chmod +x "$1"
+}
+
+testbed_exec_named() {
+    "$TB_HERE/in_host.sh" "$TB" "$@"
 }
 
 testbed_left() {
