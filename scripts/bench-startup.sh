@@ -34,7 +34,8 @@
 #   --max-eager N      largest job to run eager (default 256)
 #   --max-mpirun N     largest job to run under mpirun (default 128: 256 ranks take minutes)
 #   --hosts H          run across H namespace hosts, N / H PEs on each (root only)
-#   --fan-out F        with --hosts: coverse-run's --fan-out (default 32, its own)
+#   --fan-out F        with --hosts: coverse-run's --fan-out (default 32, this script's own;
+#                      the namespace hosts' shell is not sshd, so MaxStartups is no limit)
 #   --timeout S        give up on one run after S seconds (default 300)
 #   --out FILE         raw results, one line per run (default BUILD/bench-startup-DATE.tsv)
 #   --build-dir DIR    the build to use (default build/release, built with its preset)

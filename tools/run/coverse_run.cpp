@@ -59,7 +59,8 @@ Options:
   ++remote-shell CMD how to run a command on a host: CMD HOST 'command line'
                      (default ssh; split at spaces, e.g. "ssh -p 2222")
   ++ppn N            N PEs on each host of the nodelist (instead of its ++cpus)
-  --fan-out N        at most N remote PEs starting at once (default 32); a remote
+  --fan-out N        at most N remote PEs starting at once (default 10, sshd's
+                     MaxStartups; raise both together); a remote
                      shell that exits with 255 before its PE registered is retried
                      (3 attempts, backoff from 0.25 s)
   -v, ++verbose      report start-up, registrations and exits on stderr; every

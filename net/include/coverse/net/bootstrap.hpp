@@ -191,7 +191,8 @@ struct launch_options {
     std::string remote_shell = "ssh";
     std::optional<std::uint32_t> ppn;
     /// Remote starts: at most this many PEs starting (started, not yet registered) at once.
-    std::uint32_t fan_out = 32;
+    /// 10: a default sshd drops unauthenticated connections beyond MaxStartups 10:30:100.
+    std::uint32_t fan_out = 10;
     /// Remote starts: a remote shell that exits with 255 (ssh's "could not connect") before
     /// its PE registered is run again, up to this many attempts in all, after a backoff
     /// that doubles from start_backoff.
