@@ -103,10 +103,11 @@ struct mesh::connection {
     std::vector<frame> early;  // frames that arrived in the same receive as the hello
     connection_state st = connection_state::connecting;  // connected once its tasks run
     std::deque<outgoing*> queue;
-    event wake;         // the writer waits here for queued frames
-    event bye;          // the peer's disconnect frame arrived (or the peer failed)
-    event reader_done;  // the reader saw the end of the stream or stopped
-    event writer_done;  // the writer has ended
+    event wake;                // the writer waits here for queued frames
+    bool writer_idle = false;  // the writer waits on `wake` with nothing of its own in flight
+    event bye;                 // the peer's disconnect frame arrived (or the peer failed)
+    event reader_done;         // the reader saw the end of the stream or stopped
+    event writer_done;         // the writer has ended
     bool writer_closing = false;
     bool failed = false;
     // Lazy set-up (CONNECT=lazy).
@@ -684,11 +685,47 @@ int mesh::post(std::uint32_t pe, const frame_header& header, std::span<const std
     h.payload_length = static_cast<std::uint32_t>(payload.size());
     encode_header(h, o->header);
     o->payload = payload;
+    o->sent = 0;
     o->on_sent = on_sent;
     o->ctx = ctx;
+    // Nothing queued and the writer idle: the frame goes now, from this call, instead of on
+    // the writer's next turn (for a small frame the whole send; TCP's 8 B latency). What
+    // the socket did not take is queued, with how much of it went.
+    if (c->writer_idle && c->queue.empty() && c->s && c->st == connection_state::connected &&
+        send_at_once(c, o.get())) {
+        outgoing* done = o.release();
+        complete(done, 0);
+        return 0;
+    }
     c->queue.push_back(o.release());
     c->wake.set();
     return 0;
+}
+
+void mesh::stamp_credits(const connection* c, outgoing* o) noexcept {
+    if (!_hook || o->sent > 0) return;  // a frame partly sent has its credits already
+    const auto t = static_cast<frame_type>(o->header[header_field::type.offset]);
+    if (t == frame_type::hello || t == frame_type::disconnect) return;
+    // Added to what the header carries: post() stamps a frame it then may not send, and
+    // credits_for hands each credit out once.
+    std::byte* field = o->header.data() + header_field::credits.offset;
+    const auto had = static_cast<std::uint32_t>(std::to_integer<std::uint8_t>(field[0])) |
+                     static_cast<std::uint32_t>(std::to_integer<std::uint8_t>(field[1])) << 8;
+    if (had == 0xFFFF) return;  // full: the rest waits for the next frame
+    if (const std::uint16_t cr = _hook->credits_for(c->pe, t)) {
+        const std::uint32_t total = had + cr;  // credits never near 2^16: slots are few
+        field[0] = static_cast<std::byte>(total & 0xFF);
+        field[1] = static_cast<std::byte>((total >> 8) & 0xFF);
+    }
+}
+
+bool mesh::send_at_once(connection* c, outgoing* o) noexcept {
+    stamp_credits(c, o);
+    const std::span<const std::byte> parts[2] = {o->header, o->payload};
+    const int r = c->s->try_send(parts);
+    // An error is left to the writer, which meets it again and fails the connection.
+    if (r > 0) o->sent = static_cast<std::size_t>(r);
+    return o->sent == header_size + o->payload.size();
 }
 
 void mesh::complete(outgoing* o, int result) {
@@ -715,7 +752,9 @@ task<void> mesh::writer(connection* c) {
                 co_return;
             }
             c->wake.reset();
+            c->writer_idle = true;
             co_await c->wake.wait();
+            c->writer_idle = false;
         }
         // Gather what is queued into one send: fewer system calls under load, and each
         // frame's header and payload stay adjacent, so frames never interleave.
@@ -726,19 +765,16 @@ task<void> mesh::writer(connection* c) {
                (batch.empty() || bytes < batch_bytes)) {
             outgoing* o = c->queue.front();
             c->queue.pop_front();
-            if (_hook) {  // eager credits ride on whatever goes to the peer now
-                const auto t = static_cast<frame_type>(o->header[header_field::type.offset]);
-                if (t != frame_type::hello && t != frame_type::disconnect)
-                    if (const std::uint16_t cr = _hook->credits_for(c->pe, t)) {
-                        o->header[header_field::credits.offset] = static_cast<std::byte>(cr & 0xFF);
-                        o->header[header_field::credits.offset + 1] =
-                            static_cast<std::byte>(cr >> 8);
-                    }
-            }
+            stamp_credits(c, o);  // eager credits ride on whatever goes to the peer now
             batch.push_back(o);
-            parts.emplace_back(o->header);
-            if (!o->payload.empty()) parts.push_back(o->payload);
-            bytes += header_size + o->payload.size();
+            // post() may have sent the start of this frame itself (only the first in the
+            // queue can have been): the rest goes on from there.
+            const std::size_t skip = o->sent;
+            if (skip < header_size)
+                parts.push_back(std::span<const std::byte>(o->header).subspan(skip));
+            const std::size_t pskip = skip > header_size ? skip - header_size : 0;
+            if (pskip < o->payload.size()) parts.push_back(o->payload.subspan(pskip));
+            bytes += header_size + o->payload.size() - skip;
         }
         const int r = co_await c->s->send_all(parts);
         for (outgoing* o : batch)

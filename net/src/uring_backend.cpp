@@ -659,6 +659,7 @@ public:
         : _state(s, fd), _peer(std::move(peer)), _cfg(cfg) {}
 
     task<int> send_all(std::span<const std::span<const std::byte>> parts) override;
+    int try_send(std::span<const std::span<const std::byte>> parts) noexcept override;
     task<int> recv_all(std::span<std::byte> buf) override;
     task<int> recv_some(std::span<std::byte> buf) override;
     void shutdown_send() noexcept override {
@@ -777,6 +778,28 @@ task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> par
         first = step_past(iov, first, static_cast<std::size_t>(r));
     }
     co_return 0;
+}
+
+// One non-blocking sendmsg, as send_all's first try, for a caller that has nothing else in
+// flight on this stream (net::mesh::post with an idle writer): a small frame leaves within
+// the sender's own call, with no writer turn and no task frame in between.
+int uring_stream::try_send(std::span<const std::span<const std::byte>> parts) noexcept {
+    if (_state.fd < 0 || _state.closing || _cfg.zc_threshold != 0) return 0;
+    constexpr std::size_t max_parts = 8;
+    iovec iov[max_parts];
+    std::size_t n = 0;
+    for (const auto& p : parts) {
+        if (p.empty()) continue;
+        if (n == max_parts) break;  // the rest goes by send_all
+        iov[n++] = {const_cast<std::byte*>(p.data()), p.size()};
+    }
+    if (n == 0) return 0;
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n;
+    const ssize_t r = ::sendmsg(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r >= 0) return static_cast<int>(r);
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
 }
 
 task<int> uring_stream::recv_some(std::span<std::byte> buf) {

@@ -208,6 +208,7 @@ private:
     struct outgoing {
         std::array<std::byte, header_size> header{};
         std::span<const std::byte> payload;
+        std::size_t sent = 0;  // bytes of header + payload post() already sent itself
         int result = 0;
         done_flag done;
         sent_callback on_sent = nullptr;  // set: a posted frame, owned by the mesh
@@ -249,6 +250,10 @@ private:
     std::array<std::byte, hello_payload::wire_size> hello_bytes() const;
 
     task<void> writer(connection* c);
+    /// Writes the eager credits owed to the peer into a frame's header as it leaves.
+    void stamp_credits(const connection* c, outgoing* o) noexcept;
+    /// post()'s own send, when the writer is idle: true when the whole frame went.
+    bool send_at_once(connection* c, outgoing* o) noexcept;
     task<void> reader(connection* c);
     void deliver(connection* c, frame f);
     void fail(connection* c, const std::string& why);

@@ -45,6 +45,15 @@ public:
     /// (-EPIPE / -ECONNRESET when the peer is gone, -ECANCELED after a stop request).
     virtual task<int> send_all(std::span<const std::span<const std::byte>> parts) = 0;
 
+    /// Sends what the kernel takes at once, without waiting and without a task: the bytes
+    /// sent (0 when the socket is full, maybe fewer than all), or -errno. For a writer whose
+    /// queue is empty and that has no send_all in flight (bytes must not interleave). The
+    /// default sends nothing: the caller queues the frame for send_all as before.
+    virtual int try_send(std::span<const std::span<const std::byte>> parts) noexcept {
+        (void)parts;
+        return 0;
+    }
+
     /// Receives up to buf.size() bytes: > 0 bytes, 0 at the peer's end of stream, -errno.
     virtual task<int> recv_some(std::span<std::byte> buf) = 0;
 
