@@ -73,6 +73,42 @@ TEST(eager_footer, fuzzed_words_are_either_valid_or_an_error_never_both) {
     EXPECT_GT(errors, 0u);
 }
 
+// A put slot's footer is written last by an in-order put only if its sentinel sits in its
+// last bytes; and every message size must leave room for the alloc header in front of it.
+TEST(eager_put_footer, the_sentinel_is_in_the_last_bytes_and_every_size_fits_its_slot) {
+    const std::uint64_t word = eager_put_word(eager_sentinel::data, 0x1234, 300);
+    unsigned char b[8];
+    std::memcpy(b, &word, 8);
+    EXPECT_EQ(b[6] | b[7] << 8, eager_sentinel::data);
+    EXPECT_EQ(b[0] | b[1] << 8, 0x1234);
+    eager_footer_error e;
+    auto f = decode_eager_put_footer(eager_put_head(77), word, 300, e);
+    EXPECT_FALSE(e);
+    EXPECT_EQ(f.footer.sentinel, eager_sentinel::data);
+    EXPECT_EQ(f.footer.seq, 0x1234);
+    EXPECT_EQ(f.footer.size, 300u);
+    EXPECT_EQ(f.after, 77u);
+    (void)decode_eager_put_footer(0, word, 299, e);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e.what, "a size beyond the slot");
+    (void)decode_eager_put_footer(0, eager_put_word(0x0BAD, 0, 8), 300, e);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e.what, "an unknown sentinel");
+    (void)decode_eager_put_footer(std::uint64_t{1} << 32, word, 300, e);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e.what, "reserved bits set");
+    for (std::uint32_t cap : {1u, 8u, 15u, 16u, 17u, 1000u, 16384u}) {
+        const std::uint32_t stride = eager_put_slot_stride(cap);
+        EXPECT_EQ(stride % 64, 0u) << cap;
+        for (std::uint32_t size = 1; size <= cap; size += (cap > 64 ? 13 : 1)) {
+            const std::uint32_t at = eager_put_message_offset(stride, size);
+            EXPECT_EQ(at % 16, 0u) << cap << " " << size;
+            EXPECT_GE(at, 32u) << cap << " " << size;  // the alloc header fits in front
+            EXPECT_LE(at + size, stride - eager_put_footer_size) << cap << " " << size;
+        }
+    }
+}
+
 TEST(eager_channel_frame, round_trips_and_rejects_bad_fields_fuzzed) {
     net::eager_channel_payload p;
     p.action = net::eager_action::open;
