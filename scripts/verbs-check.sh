@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # verbs-check: the verbs provider on a machine with an RDMA device. Checks that a port is
 # ACTIVE (sysfs or ibv_devinfo, then coverse-info, which asks make_verbs_provider), builds the
-# release preset, runs the rdma ctest label and the verbs unit tests with every peer forced
-# onto verbs (COVERSE_RDMA_PROVIDER=verbs), then a 2-PE coverse-perf pingpong and bandwidth
-# run through coverse-run on verbs, and prints one table: test, result, figure.
+# release preset, runs the rdma ctest label, the verbs unit tests and the eager channels
+# written by RDMA WRITE (rdma_eager_tests, put/*verbs*) with every peer forced onto verbs
+# (COVERSE_RDMA_PROVIDER=verbs), then 2-PE coverse-perf runs through coverse-run on verbs
+# (pingpong and bandwidth by rendezvous; small pingpongs over the connection, SHM=off, whose
+# eager channel is written by put), and prints one table: test, result, figure.
 #
 # Usage: scripts/verbs-check.sh [options]
 #   --build-dir DIR   the build to use (default build/release, built with its preset)
@@ -74,7 +76,8 @@ info=$build/tools/info/coverse-info
 run=$build/tools/run/coverse-run
 perf=$build/tools/perf/coverse-perf
 unit=$build/tests/rdma/rdma_verbs_tests
-for bin in "$info" "$run" "$perf" "$unit"; do
+eager=$build/tests/rdma/rdma_eager_tests
+for bin in "$info" "$run" "$perf" "$unit" "$eager"; do
     [ -x "$bin" ] || die "$bin is missing: build the release preset or drop --no-build"
 done
 verbs=$("$info" | sed -n 's/^verbs  *//p')
@@ -90,17 +93,31 @@ row() { rows+=("$1|$2|$3"); [ "$2" = pass ] || failed=1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# 3. The verbs unit tests, case by case: with a device, none may skip.
+# 3. The verbs unit tests and the eager matrix over channels written by RDMA WRITE (the
+# put/*verbs* instantiation; the cases that need rings skip on any machine), case by case:
+# with a device, the others may not skip.
+gtest_rows() {  # $1: output of a gtest binary; $2: cases allowed to skip (a grep -E pattern)
+    local before=${#rows[@]}
+    while read -r status name ms; do
+        case "$status" in
+            OK) row "$name" pass "${ms//[()]/}" ;;
+            FAILED) row "$name" fail "" ;;
+            SKIPPED)
+                if [ -n "$2" ] && grep -qE "$2" <<<"$name"; then
+                    rows+=("$name|skip (needs rings)|")
+                else
+                    row "$name" "fail (skipped with a device)" ""
+                fi
+                ;;
+        esac
+    done < <(sed -n 's/^\[ *\(OK\|FAILED\|SKIPPED\) *\] \([A-Za-z0-9_.\/]*\) (\([0-9]* ms\))$/\1 \2 \3/p' "$1")
+    [ ${#rows[@]} -gt "$before" ]
+}
 "$unit" >"$tmp/unit.txt" 2>&1 || true
-while read -r status name ms; do
-    case "$status" in
-        OK) row "$name" pass "${ms//[()]/}" ;;
-        FAILED) row "$name" fail "" ;;
-        SKIPPED) row "$name" "fail (skipped with a device)" "" ;;
-    esac
-done < <(sed -n 's/^\[ *\(OK\|FAILED\|SKIPPED\) *\] \([A-Za-z0-9_.\/]*\) (\([0-9]* ms\))$/\1 \2 \3/p' \
-    "$tmp/unit.txt")
-[ ${#rows[@]} -gt 0 ] || row rdma_verbs_tests "fail (no test ran)" ""
+gtest_rows "$tmp/unit.txt" "" || row rdma_verbs_tests "fail (no test ran)" ""
+"$eager" --gtest_filter='put/*verbs*' >"$tmp/eager.txt" 2>&1 || true
+gtest_rows "$tmp/eager.txt" 'a_burst_past_the_channel|receiver_initiated' ||
+    row "rdma_eager_tests put/*verbs*" "fail (no test ran)" ""
 
 # 4. The whole rdma label, forced onto verbs.
 # (Without this script's own ctest entry, which would run this again.)
@@ -110,6 +127,9 @@ else
     row "ctest -L rdma" fail "see: (cd $build && COVERSE_RDMA_PROVIDER=verbs ctest -L rdma --output-on-failure)"
 fi
 
+# coverse-perf --json prints one object a line: {"test":"pingpong",...,"bytes":65536,...}.
+field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
+
 # 5. Two PEs through coverse-run, large messages by rendezvous over verbs.
 if "$run" -n 2 --timeout 60 "$perf" --tests pingpong,bw --sizes "$sizes" --json "${quick[@]}" \
     ++verbose >"$tmp/perf.txt" 2>&1; then
@@ -118,8 +138,6 @@ if "$run" -n 2 --timeout 60 "$perf" --tests pingpong,bw --sizes "$sizes" --json 
     else
         row "protocol table" "fail (no rndv/get/verbs in ++verbose)" ""
     fi
-    # One JSON object a line: {"test":"pingpong",...,"bytes":65536,...,"p50_us":2.1,...}.
-    field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
     while read -r line; do
         test=$(field test "$line")
         bytes=$(field bytes "$line")
@@ -131,6 +149,26 @@ if "$run" -n 2 --timeout 60 "$perf" --tests pingpong,bw --sizes "$sizes" --json 
     done < <(grep '^{' "$tmp/perf.txt")
 else
     row "coverse-run -n 2 coverse-perf" fail "$(tail -n 3 "$tmp/perf.txt" | tr '\n' ' ')"
+fi
+
+# 6. Small messages over the connection (SHM=off): EAGER_REMOTE=auto writes the eager channel
+# of a verbs pair by RDMA WRITE; ++verbose says how many messages went that way. A pingpong
+# is not busy enough for the default EAGER_THRESHOLD (1000 messages in 10 ms): 10 opens it.
+if "$run" -n 2 --timeout 60 "$perf" --tests pingpong --sizes 8,1K --json "${quick[@]}" \
+    ++verbose ++set SHM=off ++set EAGER_THRESHOLD=10 >"$tmp/put.txt" 2>&1; then
+    puts=$(sed -n 's/.*PE 1 eager: .*by one-sided put: [0-9]* sent, \([0-9]*\) received.*/\1/p' \
+        "$tmp/put.txt")
+    if [ "${puts:-0}" -gt 0 ]; then
+        row "eager channel by RDMA WRITE (SHM=off)" pass "$puts messages taken from slots"
+    else
+        row "eager channel by RDMA WRITE (SHM=off)" "fail (no message went by put)" ""
+    fi
+    while read -r line; do
+        row "coverse-perf pingpong $(field bytes "$line") B, SHM=off" pass \
+            "p50 $(field p50_us "$line") us"
+    done < <(grep '^{' "$tmp/put.txt")
+else
+    row "coverse-run -n 2 coverse-perf SHM=off" fail "$(tail -n 3 "$tmp/put.txt" | tr '\n' ' ')"
 fi
 
 printf '\n%-76s  %-30s  %s\n' TEST RESULT FIGURE

@@ -647,7 +647,13 @@ void pe_core::shutdown() {
                       std::to_string(e.opened) + " channels opened, " + std::to_string(e.refused) +
                       " refused, " + std::to_string(e.no_credit) + " sends without a credit, " +
                       std::to_string(e.order_waits) + " kept on the ring for order, " +
-                      std::to_string(e.bad_footers) + " bad footers\n",
+                      std::to_string(e.bad_footers) + " bad footers" +
+                      (e.put_sends || e.put_receives
+                           ? "; by one-sided put: " + std::to_string(e.put_sends) + " sent, " +
+                                 std::to_string(e.put_receives) + " received, " +
+                                 std::to_string(e.put_waits) + " stream sends waited for a put"
+                           : std::string()) +
+                      "\n",
                   true);
     }
     if (_mesh) {

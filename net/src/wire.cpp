@@ -55,6 +55,12 @@ constexpr std::size_t action = 0, kind = 4, channel = 8, handle = 12, slots = 16
                       reserved = 24;
 static_assert(eager_channel_payload::wire_size == reserved + 8);
 }  // namespace eager_off
+namespace eager_put_off {
+constexpr std::size_t channel = 0, slots = 4, capacity = 8, reserved = 12, address = 16, key = 24;
+static_assert(slots == channel + 4 && capacity == slots + 4 && reserved == capacity + 4 &&
+              address == reserved + 4 && key == address + 8 &&
+              eager_put_open_payload::wire_size == key + 8);
+}  // namespace eager_put_off
 namespace disconnect_off {
 constexpr std::size_t reason = 0;
 static_assert(disconnect_payload::wire_size == reason + 4);
@@ -196,6 +202,8 @@ std::string_view frame_type_name(frame_type type) noexcept {
             return "connect_declined";
         case frame_type::peer_lost:
             return "peer_lost";
+        case frame_type::eager_put_open:
+            return "eager_put_open";
     }
     return "unknown";
 }
@@ -277,6 +285,8 @@ payload_rule payload_rule_for(frame_type type, const decode_limits& limits) noex
             return {k::at_least, rdma_address_payload::wire_size};
         case frame_type::eager_channel:
             return {k::exact, eager_channel_payload::wire_size};
+        case frame_type::eager_put_open:
+            return {k::exact, eager_put_open_payload::wire_size};
         case frame_type::hello:
             return {k::exact, hello_payload::wire_size};
         case frame_type::disconnect:
@@ -411,6 +421,8 @@ decode_error validate_payload(const frame_header& header, std::span<const std::b
             return decode_rdma_address(payload).error;
         case frame_type::eager_channel:
             return decode_eager_channel(payload).error;
+        case frame_type::eager_put_open:
+            return decode_eager_put_open(payload).error;
         case frame_type::credit:
             return decode_credit(payload, limits).error;
         case frame_type::barrier:
@@ -732,6 +744,42 @@ decoded<eager_channel_payload> decode_eager_channel(std::span<const std::byte> b
     } else if (r.value.action == eager_action::credit && r.value.slots == 0) {
         r.error = fail(decode_status::invalid_field, type, "eager_channel.slots", 0, 1);
     }
+    return r;
+}
+
+std::array<std::byte, eager_put_open_payload::wire_size> encode(
+    const eager_put_open_payload& v) noexcept {
+    std::array<std::byte, eager_put_open_payload::wire_size> out{};
+    store_le<std::uint32_t>(out.data() + eager_put_off::channel, v.channel);
+    store_le<std::uint32_t>(out.data() + eager_put_off::slots, v.slots);
+    store_le<std::uint32_t>(out.data() + eager_put_off::capacity, v.capacity);
+    store_le<std::uint64_t>(out.data() + eager_put_off::address, v.address);
+    store_le<std::uint64_t>(out.data() + eager_put_off::key, v.key);
+    return out;
+}
+
+decoded<eager_put_open_payload> decode_eager_put_open(std::span<const std::byte> b) noexcept {
+    decoded<eager_put_open_payload> r;
+    constexpr auto type = frame_type::eager_put_open;
+    if ((r.error = check_exact(b, eager_put_open_payload::wire_size, type))) return r;
+    auto& v = r.value;
+    v.channel = load_le<std::uint32_t>(b.data() + eager_put_off::channel);
+    v.slots = load_le<std::uint32_t>(b.data() + eager_put_off::slots);
+    v.capacity = load_le<std::uint32_t>(b.data() + eager_put_off::capacity);
+    const auto reserved = load_le<std::uint32_t>(b.data() + eager_put_off::reserved);
+    v.address = load_le<std::uint64_t>(b.data() + eager_put_off::address);
+    v.key = load_le<std::uint64_t>(b.data() + eager_put_off::key);
+    if (reserved != 0)
+        r.error = fail(decode_status::reserved_bits_set, type, "eager_put_open.reserved", reserved);
+    else if (v.channel == 0)
+        r.error = fail(decode_status::invalid_field, type, "eager_put_open.channel", 0, 1);
+    else if (v.slots < 1 || v.slots > 1024)
+        r.error = fail(decode_status::invalid_field, type, "eager_put_open.slots", v.slots, 1024);
+    else if (v.capacity < 1 || v.capacity > (1u << 30))
+        r.error = fail(decode_status::invalid_field, type, "eager_put_open.capacity", v.capacity,
+                       1u << 30);
+    else if (v.address == 0)
+        r.error = fail(decode_status::invalid_field, type, "eager_put_open.address", 0, 1);
     return r;
 }
 
@@ -1128,6 +1176,11 @@ const char* field_rule(std::string_view field) {
         {"eager_channel.slots", "must be 1 .. %llu"},
         {"eager_channel.capacity", "must be at least %llu"},
         {"eager_channel.reserved", "must be 0"},
+        {"eager_put_open.channel", "must be at least %llu"},
+        {"eager_put_open.slots", "must be 1 .. %llu"},
+        {"eager_put_open.capacity", "must be 1 .. %llu bytes"},
+        {"eager_put_open.address", "must not be 0"},
+        {"eager_put_open.reserved", "must be 0"},
         {"rdma_address.provider", "must be 1 (cma), 2 (tcp) or %llu (verbs)"},
         {"persistent_request.max_size", "must be 1..%llu (COVERSE_MAX_MESSAGE)"},
         {"get_done.status", "known: 0 ok, 1 failed"},

@@ -18,6 +18,8 @@
 // caught up with its producer, or the channel's `delivered` counter reached its `written`
 // one. Until then the message queues behind them (the ring's queue is gated), so the
 // receiver's single poller delivers in send order without sequence numbers across paths.
+// (Over a connection the order is the connection's; a channel written by one-sided put keeps
+// it with a position in each footer: eager_put.cpp.)
 #include "layer_impl.hpp"
 
 #include <time.h>
@@ -234,13 +236,18 @@ bool layer::impl::eager_poll() {
     return did;
 }
 
-void layer::impl::eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_footer_error& e) {
+void layer::impl::note_bad_footer(std::uint32_t from, std::uint32_t slot,
+                                  const eager_footer_error& e) {
     up.on_notice("coverse: PE " + std::to_string(cfg.rank) + ": the eager channel from PE " +
-                 std::to_string(c.from) + " holds a bad footer in slot " + std::to_string(slot) +
+                 std::to_string(from) + " holds a bad footer in slot " + std::to_string(slot) +
                  " (" + std::string(e.what) + ": " + std::to_string(e.value) + ", limit " +
                  std::to_string(e.limit) + "); that channel is closed and PE " +
-                 std::to_string(c.from) + "'s later messages come by the stream path\n");
+                 std::to_string(from) + "'s later messages come by the stream path\n");
     ++eager.bad_footers;
+}
+
+void layer::impl::eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_footer_error& e) {
+    note_bad_footer(c.from, slot, e);
     c.done = true;
     c.seg.header().receiver_stopped.store(1, std::memory_order_release);
     if (c.from != unattached) {
@@ -266,7 +273,8 @@ void layer::impl::eager_note_stream_message(std::uint32_t from) {
     peer& p = peers[from];
     const bool rings = p.in_ring && p.out_ring;
     // Not before the pair is set up (layer.hpp): which path it takes back is not known yet.
-    if (!cfg.eager || !p.ready || p.eager_in || p.tcp_in || p.eager_refused || (!rings && !mesh))
+    if (!cfg.eager || !p.ready || p.eager_in || p.tcp_in || p.put_in || p.eager_refused ||
+        (!rings && !mesh))
         return;
     // Counted per message, timed per EAGER_THRESHOLD messages (a clock read on every ring
     // message cost the receiver ~60 instructions of its ~700): the window is busy when its
@@ -284,10 +292,11 @@ void layer::impl::eager_note_stream_message(std::uint32_t from) {
     for (const auto& c : eager.polled)
         shorts += c->kind == eager_kind::short_slots && !c->done;
     for (const auto& q : peers)
-        shorts += q.tcp_in != nullptr;
+        shorts += (q.tcp_in != nullptr) + (q.put_in != nullptr);
     if (shorts >= cfg.eager_pollset) return;
     if (!rings) {
-        tcp_eager_open(from);
+        // Over the connection: slots the sender writes by put (EAGER_REMOTE), else frames.
+        if (!put_wanted(from) || !put_open(from)) tcp_eager_open(from);
         return;
     }
     eager_rx* c =
@@ -430,6 +439,7 @@ void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_
             return;
         }
         case eager_action::close: {  // we are the sender: stop writing, say so behind the data
+            if (put_close(from, f.channel)) return;  // written by put (eager_put.cpp)
             if (p.eager_out && p.eager_out->id == f.channel) {
                 eager_drop_tx(from, p.eager_out.get());
                 p.eager_out.reset();
@@ -452,6 +462,7 @@ void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_
         case eager_action::closed:     // we are the receiver: nothing more comes on it
         case eager_action::destroy: {  // likewise, for a persistent handle
             if (f.action == eager_action::destroy && tcp_long_destroyed(from, f.channel)) return;
+            if (f.action == eager_action::closed && put_closed(from, f.channel)) return;
             eager_rx* c = eager_find_rx(from, f.channel);
             if (!c && f.action == eager_action::destroy) {
                 // A receiver-initiated channel: its sender named itself in the segment.
@@ -630,21 +641,25 @@ layer::eager_counters layer::eager_stats() const noexcept {
     for (const auto& r : m.eager.polled)
         if (!r->done) ++c.polled;
     for (const auto& p : m.peers) {
-        if (p.eager_out || p.tcp_out) ++c.writing;
-        if (p.tcp_in) ++c.polled;
+        if (p.eager_out || p.tcp_out || p.put_out) ++c.writing;
+        if (p.tcp_in || (p.put_in && !p.put_in->done)) ++c.polled;
         c.polled += p.tcp_long.size();
     }
     for (const auto& [h, po] : m.eager.persistent)
         if (po.tcp) ++c.writing;
     c.credit_frames = m.credit_frames;
     c.credits_back = m.credits_back;
+    c.put_sends = m.eager.put_sends;
+    c.put_receives = m.eager.put_receives;
+    c.put_waits = m.eager.put_waits;
     return c;
 }
 
-bool layer::inject_bad_eager_footer(std::uint32_t dest) {
+bool layer::inject_bad_eager_footer(std::uint32_t dest, footer_fault fault) {
     impl& m = *_impl;
-    eager_tx* c = dest < m.peers.size() ? m.peers[dest].eager_out.get() : nullptr;
-    if (!c) return false;
+    if (dest >= m.peers.size()) return false;
+    eager_tx* c = m.peers[dest].eager_out.get();
+    if (!c) return m.put_inject_bad_footer(dest, fault);
     // A free slot, as a send would take: writing over a slot the receiver has not taken yet
     // would destroy a good message (the test then lost one under load).
     const std::uint32_t n = c->seg.slots();
@@ -655,7 +670,8 @@ bool layer::inject_bad_eager_footer(std::uint32_t dest) {
         if (s == eager_sentinel::ready || s == eager_sentinel::free) slot = i;
     }
     if (slot == n) return false;
-    c->seg.footer(slot).store(eager_footer::encode(0x0BAD, c->next_seq++, 8),
+    const eager_footer bad = bad_footer_for(fault, c->next_seq++, c->seg.capacity());
+    c->seg.footer(slot).store(eager_footer::encode(bad.sentinel, bad.seq, bad.size),
                               std::memory_order_release);
     c->seg.header().written.store(++c->written, std::memory_order_release);
     m.peers[dest].gate = c;
@@ -664,6 +680,7 @@ bool layer::inject_bad_eager_footer(std::uint32_t dest) {
 }
 
 void layer::impl::eager_peer_lost(std::uint32_t pe) {
+    put_peer_lost(pe);
     peer& p = peers[pe];
     p.tcp_out.reset();
     if (p.gate && p.gate->to == pe) p.gate = nullptr;
@@ -688,6 +705,8 @@ namespace {
 struct retired {
     std::vector<std::unique_ptr<eager_rx>> shm;
     std::vector<std::unique_ptr<tcp_rx>> tcp;
+    std::vector<std::unique_ptr<put_rx>> put;
+    std::vector<std::unique_ptr<put_tx>> put_out;  // puts still in flight: their completions
 };
 retired& retired_owners() {
     static auto* r = new retired;  // never freed: reachable until exit
@@ -699,7 +718,16 @@ void layer::impl::retire_tcp_rx(std::unique_ptr<tcp_rx> c) {
     retired_owners().tcp.push_back(std::move(c));
 }
 
+void layer::impl::retire_put_rx(std::unique_ptr<put_rx> c) {
+    retired_owners().put.push_back(std::move(c));
+}
+
+void layer::impl::retire_put_tx(std::unique_ptr<put_tx> c) {
+    retired_owners().put_out.push_back(std::move(c));
+}
+
 void layer::impl::eager_close() {
+    put_close_all();
     for (auto& p : peers) {
         p.tcp_out.reset();
         if (p.tcp_in) {

@@ -1,4 +1,5 @@
-// The eager channel's shared segment (eager.hpp): layout, mapping, and the footer decoder.
+// The eager channel's shared segment (eager.hpp): layout, mapping, and the footer decoders
+// (shared-memory slots, and the slots written by one-sided put).
 #include <coverse/rdma/eager.hpp>
 
 #include <fcntl.h>
@@ -56,6 +57,16 @@ eager_footer decode_eager_footer(std::uint64_t word, std::uint32_t capacity,
         default:
             error = {"an unknown sentinel", f.sentinel, 0};
     }
+    return f;
+}
+
+eager_put_footer decode_eager_put_footer(std::uint64_t head, std::uint64_t word,
+                                         std::uint32_t capacity,
+                                         eager_footer_error& error) noexcept {
+    eager_put_footer f;
+    f.footer = decode_eager_footer(word << 16 | word >> 48, capacity, error);
+    f.after = static_cast<std::uint32_t>(head);
+    if (!error && (head >> 32) != 0) error = {"reserved bits set", head >> 32, 0};
     return f;
 }
 

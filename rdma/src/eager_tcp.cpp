@@ -28,8 +28,7 @@
 namespace coverse::rdma {
 
 tcp_rx::tcp_rx(std::uint32_t f, std::uint32_t n, std::uint32_t cap)
-    : from(f),
-      slots(n),
+    : owed_credits{f, n},
       capacity(cap),
       stride(static_cast<std::uint32_t>((eager_segment::slot_header + cap + 63) / 64 * 64)) {
     mem = static_cast<std::byte*>(std::aligned_alloc(64, std::size_t{stride} * slots));
@@ -94,6 +93,7 @@ bool layer::impl::tcp_eager_send(std::uint32_t dest, const std::byte* buf, std::
         return true;
     }
     --c.credits;
+    ++peers[dest].streamed;  // a message on the connection (stream_counts)
     ++tcp_eager_sends;
     ++eager.sends;
     if (trace::enabled())
@@ -160,10 +160,11 @@ void layer::impl::tcp_eager_take(std::uint32_t pe, net::frame& f) {
     deliver(pe, msg, size, false, 0);
 }
 
-// Freed slots owed to the sender: in an explicit credit frame once half the slots are owed
-// (the writer piggybacks them on any earlier frame to that PE), else when the credit timer
-// fires — a sender that sent fewer than half the slots and then stopped gets them back too.
-void layer::impl::tcp_return_credits(tcp_rx& c) noexcept {
+// Freed slots owed to the sender (written by frames or by put, eager_put.cpp): in an explicit
+// credit frame once half the slots are owed (the writer piggybacks them on any earlier frame
+// to that PE), else when the credit timer fires — a sender that sent fewer than half the
+// slots and then stopped gets them back too.
+void layer::impl::tcp_return_credits(owed_credits& c) noexcept {
     if (closed || c.pending_credits == 0) return;
     if (c.pending_credits >= std::max<std::uint32_t>(1, c.slots / 2)) {
         tcp_send_credits(c);
@@ -176,7 +177,7 @@ void layer::impl::tcp_return_credits(tcp_rx& c) noexcept {
     sched.add_timer(credit_timer);
 }
 
-void layer::impl::tcp_send_credits(tcp_rx& c) noexcept {
+void layer::impl::tcp_send_credits(owed_credits& c) noexcept {
     net::credit_payload cp;
     cp.count = c.pending_credits;
     c.pending_credits = 0;
@@ -190,13 +191,16 @@ void layer::impl::tcp_send_credits(tcp_rx& c) noexcept {
 void layer::impl::on_credit_timer(timer_node* t) noexcept {
     auto& m = *static_cast<impl*>(t->context);
     if (m.closed) return;
-    for (auto& p : m.peers)
+    for (auto& p : m.peers) {
         if (p.tcp_in && p.tcp_in->pending_credits > 0) m.tcp_send_credits(*p.tcp_in);
+        if (p.put_in && p.put_in->pending_credits > 0) m.tcp_send_credits(*p.put_in);
+    }
 }
 
 std::uint16_t layer::impl::tcp_credits_for(std::uint32_t pe) noexcept {
     if (pe >= peers.size()) return 0;
-    tcp_rx* c = peers[pe].tcp_in.get();
+    owed_credits* c = peers[pe].tcp_in ? static_cast<owed_credits*>(peers[pe].tcp_in.get())
+                                       : peers[pe].put_in.get();
     if (!c || c->pending_credits == 0) return 0;
     const auto n = static_cast<std::uint16_t>(std::min<std::uint32_t>(c->pending_credits, 0xFFFF));
     c->pending_credits -= n;
@@ -204,9 +208,12 @@ std::uint16_t layer::impl::tcp_credits_for(std::uint32_t pe) noexcept {
 }
 
 void layer::impl::tcp_credits_back(std::uint32_t pe, std::uint32_t n) noexcept {
-    tcp_tx* c = peers[pe].tcp_out.get();
-    if (!c) return;
-    c->credits += n;
+    peer& p = peers[pe];
+    std::uint32_t* credits = p.tcp_out   ? &p.tcp_out->credits
+                             : p.put_out ? &p.put_out->credits
+                                         : nullptr;
+    if (!credits) return;
+    *credits += n;
     credits_back += n;
     if (trace::enabled())
         trace::emit(trace::kind::credit_returned, pe, n,

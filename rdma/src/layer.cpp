@@ -51,6 +51,10 @@ layer_config layer_config::from_settings() {
         std::chrono::nanoseconds(settings::duration("EAGER_CREDIT_DELAY")).count());
     c.eager_gate_wait_ns = static_cast<std::uint64_t>(
         std::chrono::nanoseconds(settings::duration("EAGER_GATE_WAIT")).count());
+    const std::string remote = settings::text("EAGER_REMOTE");
+    c.eager_remote = remote == "put"      ? layer_config::eager_remote_mode::put
+                     : remote == "frames" ? layer_config::eager_remote_mode::frames
+                                          : layer_config::eager_remote_mode::automatic;
     c.eager_long_buffers = clamp32(
         std::min<std::size_t>(settings::count("EAGER_LONG_BUFFERS"), eager_segment::most_slots));
     c.eager_long_bytes = std::min<std::uint32_t>(clamp32(settings::count("EAGER_LONG_BUFFER_SIZE")),
@@ -318,6 +322,8 @@ void layer::send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, b
 void layer::send_direct(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
                         bool broadcast, std::uint32_t root, send_completion* done) {
     impl& m = *_impl;
+    // Into its put channel, or behind the puts still landing there (eager_put.cpp).
+    if (m.peers[dest].put_out && m.put_send(dest, buf, size, broadcast, root, done)) return;
     if (!broadcast && !m.peers[dest].out_ring &&
         (m.peers[dest].tcp_out || !m.eager.current.empty()) &&
         m.tcp_eager_send(dest, buf, size, done))
@@ -390,6 +396,7 @@ void layer::impl::stream_send(std::uint32_t dest, net::frame_type type, bool bro
     h.type = type;
     h.flags = broadcast ? net::frame_flags::broadcast : 0;
     h.tag = broadcast ? root : 0;
+    if (stream_counts(type)) ++p.streamed;  // a put's footer names its place among these
     const int rc = mesh->post(dest, h, bytes, &mesh_sent, done);
     if (rc < 0) done->sent(rc);
 }
@@ -518,7 +525,8 @@ std::uint16_t layer::credits_for(std::uint32_t pe, net::frame_type) noexcept {
 bool layer::take(std::uint32_t pe, net::frame& f) {
     impl& m = *_impl;
     const auto& h = f.header;
-    if (h.credits) m.tcp_credits_back(pe, h.credits);  // eager credits riding on any frame
+    if (h.credits) m.tcp_credits_back(pe, h.credits);     // eager credits riding on any frame
+    if (stream_counts(h.type)) m.put_stream_message(pe);  // what it put before this goes first
     switch (h.type) {
         case net::frame_type::eager_data:
             m.tcp_eager_take(pe, f);
@@ -526,6 +534,11 @@ bool layer::take(std::uint32_t pe, net::frame& f) {
         case net::frame_type::credit: {
             const auto d = net::decode_credit(f.payload_bytes(), {});
             if (d.ok()) m.tcp_credits_back(pe, d.value.count);
+            return true;
+        }
+        case net::frame_type::eager_put_open: {
+            const auto d = net::decode_eager_put_open(f.payload_bytes());
+            if (d.ok()) m.on_put_open(pe, d.value);
             return true;
         }
         case net::frame_type::standard: {
@@ -568,7 +581,8 @@ bool layer::take(std::uint32_t pe, net::frame& f) {
 
 bool layer::idle() const noexcept {
     const impl& m = *_impl;
-    return m.outgoing.empty() && m.incoming == 0 && m.ring_queued == 0 && m.holding == 0;
+    return m.outgoing.empty() && m.incoming == 0 && m.ring_queued == 0 && m.holding == 0 &&
+           m.put_idle();
 }
 
 void layer::drain() {

@@ -1,5 +1,6 @@
 // The rdma layer's state, shared by its units: layer.cpp (start-up, routing, demultiplexing,
-// in-order delivery), shm_path.cpp (the same-host rings), rendezvous.cpp (publish/get).
+// in-order delivery), shm_path.cpp (the same-host rings), rendezvous.cpp (publish/get),
+// eager.cpp / eager_tcp.cpp / eager_put.cpp (eager channels).
 #pragma once
 
 #include <array>
@@ -93,18 +94,26 @@ struct eager_tx {
     }
 };
 
+/// Credits a receiver owes one sender for slots its handlers freed, over a connection: they
+/// go back on frames to that sender or in credit frames (eager_tcp.cpp), whether the sender
+/// writes the slots by frames (tcp_rx) or by put (put_rx).
+struct owed_credits {
+    std::uint32_t from = 0;
+    std::uint32_t slots = 0;
+    std::uint32_t pending_credits = 0;  // freed, not yet returned
+};
+
 /// A short channel over a connection (eager_tcp.cpp): the receiver's slots are its own
 /// memory; the reader places each eager_data frame into a free slot.
-struct tcp_rx final : alloc::chunk_owner {
+struct tcp_rx final : alloc::chunk_owner, owed_credits {
     tcp_rx(std::uint32_t from, std::uint32_t slots, std::uint32_t capacity);
     ~tcp_rx();
-    std::uint32_t from, slots, capacity, stride;
+    std::uint32_t capacity, stride;
     std::uint32_t id = 0;      // 0: the peer's short channel; else a long channel (persistent)
     std::uint32_t handle = 0;  // a long channel's persistent handle at the sender
     std::byte* mem = nullptr;
     std::vector<std::uint32_t> free_slots;  // LIFO: the warmest slot first
     std::uint32_t held = 0;                 // placed or handed to handlers
-    std::uint32_t pending_credits = 0;      // freed, not yet returned
     std::uint32_t placed_slot = 0;          // the slot place() gave the frame being read
     bool placed = false;
     std::uint64_t beyond_credits = 0;  // eager_data frames that found no free slot
@@ -118,6 +127,79 @@ struct tcp_tx {
     std::uint32_t credits;
     std::uint32_t capacity;
     std::uint32_t channel = 0;  // the receiver's id for a long channel (eager_data's tag)
+};
+
+// ---- channels written by one-sided put (eager_put.cpp) ---------------------------------
+
+/// The receiver's side: slots in memory registered with the provider the sender reaches us
+/// by, which that sender writes by put (eager.hpp, "channels written by one-sided put").
+struct put_rx final : alloc::chunk_owner, owed_credits {
+    put_rx(std::uint32_t from, std::uint32_t id, std::uint32_t slots, std::uint32_t capacity);
+    ~put_rx();
+    put_rx(const put_rx&) = delete;
+    put_rx& operator=(const put_rx&) = delete;
+    std::uint32_t id, capacity, stride;
+    std::byte* mem = nullptr;  // slots x stride, page-aligned
+    std::size_t bytes = 0;
+    provider* prov = nullptr;
+    registered reg;              // the slots as the sender's provider names them
+    bool wakes = false;          // a put arrives as frames, which wake a sleeping loop (tcp)
+    std::uint32_t next = 0;      // messages taken: the next one is in slot next % slots
+    std::uint32_t returned = 0;  // messages whose slot went back as a credit, in slot order
+    std::uint32_t held = 0;      // slots handed to handlers and not freed yet
+    bool closing = false;        // we asked the sender to stop (idle, or a bad footer)
+    bool stopped = false;        // a bad footer: nothing more is taken from it
+    bool done = false;           // the sender stopped (closed) or died: no more puts come
+    std::uint64_t last_use_ns = 0;
+    std::uint64_t suspect = 0;  // a bad word seen once: bad only if the next look sees it again
+    bool suspecting = false;
+    // The layer, told of freed slots (null once it closed), and how (eager_put.cpp).
+    void* ctx = nullptr;
+    void (*credit_due)(void* ctx, put_rx& c) noexcept = nullptr;
+
+    std::byte* slot(std::uint32_t i) const noexcept { return mem + std::size_t{i} * stride; }
+    /// Slots freed by handlers, in slot order from the oldest unreturned: credits owed now.
+    void count_freed() noexcept;
+    void take_back(void* storage, std::size_t) noexcept override;
+    const char* name() const noexcept override { return "eager slot (put)"; }
+};
+
+struct put_tx;
+
+/// One put into one slot: the message with its footer (or, where the provider may place a
+/// put's bytes in any order, the message and then the footer apart). Immovable: the provider
+/// points at it from post_put until complete().
+struct put_op final : op_completion {
+    put_tx* channel = nullptr;
+    std::uint32_t slot = 0;
+    enum : std::uint8_t { idle, message, footer } stage = idle;
+    void complete(op_result r) noexcept override;
+};
+
+/// The sender's side: the receiver's slots, our credits for them, and a staging copy of each
+/// slot in our own memory that each put reads from.
+struct put_tx {
+    put_tx(std::uint32_t to, const net::eager_put_open_payload& open, provider& prov);
+    ~put_tx();
+    put_tx(const put_tx&) = delete;
+    put_tx& operator=(const put_tx&) = delete;
+    // The layer, told of each put's completion (eager_put.cpp).
+    void* ctx = nullptr;
+    void (*put_done)(void* ctx, put_op& op, op_result r) noexcept = nullptr;
+    std::uint32_t to, id, slots, capacity, stride;
+    provider& prov;
+    remote_memory remote;  // the receiver's slots
+    bool footer_apart;     // !caps().put_in_order
+    std::byte* staging = nullptr;
+    std::size_t bytes = 0;
+    std::unique_ptr<put_op[]> ops;  // one per slot
+    std::uint32_t credits, next = 0, in_flight = 0;
+    // Stream messages that wait for puts in flight to land (they must not overtake them),
+    // and any message behind those, in send order.
+    std::deque<held_send> behind;
+    bool posting = false;    // inside post_put: a completion now only counts
+    bool releasing = false;  // sending the front of `behind`
+    bool closing = false;    // the receiver asked us to stop: closed goes once nothing flies
 };
 
 struct persistent_out {
@@ -172,6 +254,12 @@ struct peer {
     std::unique_ptr<tcp_rx> tcp_in;   // over the connection: our slots for this sender
     std::unique_ptr<tcp_tx> tcp_out;  // its slots for us: the credits we hold
     std::vector<std::unique_ptr<tcp_rx>> tcp_long;  // our long buffers for its persistent handles
+    std::unique_ptr<put_rx> put_in;   // our slots this peer writes by put (eager_put.cpp)
+    std::unique_ptr<put_tx> put_out;  // its slots we write by put
+    // Messages on the connection, counted the same on both sides (stream_counts): a put's
+    // footer names how many went before it, so the receiver delivers it in its place.
+    std::uint32_t streamed = 0;      // frames carrying a message we posted to this peer
+    std::uint32_t stream_taken = 0;  // such frames this peer sent us that we took
     bool eager_refused = false;
     // Persistent requests that came before the pair was set up here: where the buffers go
     // (shared memory or our own memory over the connection) follows the pair's paths, which
@@ -193,6 +281,13 @@ struct eager_state {
     std::uint32_t clock_polls = 0;  // eager_retire_idle reads the clock every 64th poll
     std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
                   bad_footers = 0, gate_waits = 0;
+    // Channels written by put (eager_put.cpp).
+    std::vector<std::uint32_t> put_sources;             // peers whose put_in we poll
+    std::vector<std::unique_ptr<put_rx>> put_draining;  // done, slots still held
+    std::vector<std::unique_ptr<put_tx>> put_finished;  // closed; freed at the next poll
+    std::uint64_t put_now_ns = 0;
+    std::uint32_t put_polls = 0;
+    std::uint64_t put_sends = 0, put_receives = 0, put_waits = 0;
 };
 
 struct rndv_out;
@@ -200,6 +295,28 @@ struct rndv_in;
 
 /// The mesh's sent callback for a frame whose completion is a send_completion.
 void mesh_sent(void* ctx, int result);
+
+/// The footer a broken sender writes for `fault` in its slot of `capacity` bytes whose turn
+/// is `seq` (layer::inject_bad_eager_footer, shared memory and put alike).
+constexpr eager_footer bad_footer_for(layer::footer_fault fault, std::uint16_t seq,
+                                      std::uint32_t capacity) noexcept {
+    switch (fault) {
+        case layer::footer_fault::unknown_sentinel:
+            return {0x0BAD, seq, 8};
+        case layer::footer_fault::size_beyond_slot:
+            return {eager_sentinel::data, seq, capacity + 1};
+        case layer::footer_fault::sequence_skipped:
+            break;
+    }
+    return {eager_sentinel::data, static_cast<std::uint16_t>(seq + 1), 8};
+}
+
+/// Frames that carry a message: both sides count them per peer (peer::streamed and
+/// stream_taken), in the one order the connection keeps.
+constexpr bool stream_counts(net::frame_type t) noexcept {
+    return t == net::frame_type::standard || t == net::frame_type::publish ||
+           t == net::frame_type::eager_data;
+}
 
 /// "/coverse-KEY-PE-": what starts the shm_open name of every ring and eager channel that PE
 /// `pe` of job `key` creates (and nothing else's), so what a crashed PE left can be found.
@@ -319,6 +436,8 @@ struct layer::impl {
     bool eager_poll();
     bool eager_pending() const noexcept;
     void eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_footer_error& e);
+    /// The notice for a bad footer in `from`'s channel (shared memory or put).
+    void note_bad_footer(std::uint32_t from, std::uint32_t slot, const eager_footer_error& e);
     void eager_note_stream_message(std::uint32_t from);
     eager_rx* eager_create(std::uint32_t from, eager_kind kind, std::uint32_t slots,
                            std::uint32_t capacity);
@@ -345,12 +464,51 @@ struct layer::impl {
     tcp_tx* tcp_persistent_for(std::uint32_t dest, std::uint32_t size) noexcept;
     static void retire_tcp_rx(std::unique_ptr<tcp_rx> c);
     void tcp_long_return(tcp_rx& c) noexcept;
+    // written by one-sided put (eager_put.cpp)
+    bool put_wanted(std::uint32_t from) const noexcept;
+    bool put_open(std::uint32_t from);
+    void on_put_open(std::uint32_t from, const net::eager_put_open_payload& f);
+    /// Into `dest`'s put channel now, or queued behind puts still landing; false: the caller
+    /// sends it by its usual path (counted there).
+    bool put_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
+                  std::uint32_t root, send_completion* done);
+    void put_post(put_tx& c, std::uint32_t offset, std::uint64_t head, std::uint64_t word);
+    void put_done(put_op& op, op_result r) noexcept;
+    void put_settle(put_tx& c);
+    bool put_inject_bad_footer(std::uint32_t dest, footer_fault fault);
+    bool put_take(put_rx& c);
+    /// A frame carrying a message from `from` arrived: the puts it sent before it go first.
+    void put_stream_message(std::uint32_t from);
+    void put_bad_footer(put_rx& c, std::uint32_t slot, const eager_footer_error& e);
+    bool put_close(std::uint32_t from, std::uint32_t channel);
+    bool put_closed(std::uint32_t from, std::uint32_t channel);
+    void put_rx_done(std::uint32_t from);
+    void put_tell(std::uint32_t to, net::eager_action action, std::uint32_t channel);
+    void put_start_polling();
+    bool put_poll();
+    bool put_try_sleep() const noexcept;
+    void put_retire_idle();
+    bool put_idle() const noexcept;
+    void put_peer_lost(std::uint32_t pe);
+    void put_close_all();
+    static void retire_put_rx(std::unique_ptr<put_rx> c);
+    static void retire_put_tx(std::unique_ptr<put_tx> c);
+    class put_poller final : public poller {
+    public:
+        explicit put_poller(impl& m) : _m(m) {}
+        bool poll() override { return _m.put_poll(); }
+        bool try_sleep() override { return _m.put_try_sleep(); }
+
+    private:
+        impl& _m;
+    };
+    std::unique_ptr<put_poller> put_poller_;
     std::byte* tcp_eager_place(std::uint32_t pe, const net::frame_header& h) noexcept;
     void tcp_eager_take(std::uint32_t pe, net::frame& f);
     void tcp_credits_back(std::uint32_t pe, std::uint32_t n) noexcept;
-    void tcp_return_credits(tcp_rx& c) noexcept;
+    void tcp_return_credits(owed_credits& c) noexcept;
     std::uint16_t tcp_credits_for(std::uint32_t pe) noexcept;
-    void tcp_send_credits(tcp_rx& c) noexcept;
+    void tcp_send_credits(owed_credits& c) noexcept;
     static void on_credit_timer(timer_node* t) noexcept;
     // Armed while a connection channel owes credits that no frame has carried yet: a sender
     // whose traffic stopped short of half the slots still gets them back (eager_tcp.cpp).

@@ -23,6 +23,7 @@ tcp_provider::~tcp_provider() {
 capabilities tcp_provider::caps() const noexcept {
     capabilities c;
     c.max_transfer = _chunk;
+    c.put_in_order = true;  // the data frames are received in order, on this PE's own thread
     return c;
 }
 

@@ -245,6 +245,10 @@ public:
         capabilities c;
         c.local_registration = true;
         c.max_transfer = _max_transfer;
+        // RC HCAs place an RDMA WRITE in order; the eager put channel's footer-last write
+        // relies on it, as MVAPICH's RDMA fast path and Open MPI's openib eager RDMA do
+        // (docs/rdma.md, "Channels written by put").
+        c.put_in_order = true;
         return c;
     }
     // A queue pair is per peer: the layer asks with address_blob_for. An empty blob is

@@ -29,6 +29,7 @@ constexpr std::array<std::string_view, 2> trace_modes{"stop", "ring"};
 constexpr std::array<std::string_view, 4> rdma_providers{"auto", "cma", "tcp", "verbs"};
 constexpr std::array<std::string_view, 2> peer_lost_policies{"abort", "report"};
 constexpr std::array<std::string_view, 2> connect_modes{"lazy", "eager"};
+constexpr std::array<std::string_view, 3> eager_remote_modes{"auto", "put", "frames"};
 
 // Grouped by layer, bottom up; within a layer, DESIGN.md's order where it has one. A setting
 // is never removed (old job scripts set it): retire it by saying so in its meaning.
@@ -407,6 +408,14 @@ constexpr setting_info registry[] = {
                 "up to this long for the receiver to take that channel's messages, then "
                 "goes by the ring; 0: queue behind them at once",
      .layer = "rdma"},
+    {.name = "EAGER_REMOTE",
+     .type = vt::choice,
+     .default_value = "auto",
+     .meaning = "peers over a connection (another host, or SHM=off): a short channel's messages "
+                "go by one-sided put into the receiver's registered slots (put) or as frames "
+                "its reader places (frames); auto: put where the pair's provider is verbs",
+     .layer = "rdma",
+     .choices = eager_remote_modes},
     {.name = "EAGER_LONG_BUFFERS",
      .type = vt::count,
      .default_value = "3",

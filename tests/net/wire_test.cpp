@@ -404,6 +404,45 @@ TEST(wire_payload_validation, rma_complete_round_trip_and_checks) {
     EXPECT_EQ(decode_rma_complete(reserved).error.status, decode_status::reserved_bits_set);
 }
 
+TEST(wire_payload_validation, eager_put_open_round_trips_at_pinned_offsets_and_checks_fields) {
+    const eager_put_open_payload in{7, 16, 16384, 0x7f00'1234'5000ull, 0xABCD'0001ull};
+    const auto b = encode(in);
+    const auto expected = bytes({7,    0,    0,    0,                         // channel
+                                 16,   0,    0,    0,                         // slots
+                                 0,    0x40, 0,    0,                         // capacity
+                                 0,    0,    0,    0,                         // reserved
+                                 0x00, 0x50, 0x34, 0x12, 0x00, 0x7f, 0, 0,    // address
+                                 0x01, 0x00, 0xCD, 0xAB, 0,    0,    0, 0});  // key
+    EXPECT_EQ(std::vector<std::byte>(b.begin(), b.end()), expected);
+    const auto d = decode_eager_put_open(b);
+    ASSERT_TRUE(d.ok()) << describe(d.error, peer);
+    EXPECT_EQ(d.value, in);
+    frame_header h = valid_header(frame_type::eager_put_open);
+    EXPECT_EQ(h.payload_length, eager_put_open_payload::wire_size);
+    EXPECT_TRUE(validate_payload(h, b, limits4()).ok());
+    const auto with = [&](auto change) {
+        eager_put_open_payload v = in;
+        change(v);
+        return decode_eager_put_open(encode(v)).error;
+    };
+    expect_error(with([](auto& v) { v.channel = 0; }), decode_status::invalid_field,
+                 "eager_put_open.channel", {"must be at least 1"});
+    expect_error(with([](auto& v) { v.slots = 0; }), decode_status::invalid_field,
+                 "eager_put_open.slots", {"must be 1 .. 1024"});
+    EXPECT_EQ(with([](auto& v) { v.slots = 1025; }).status, decode_status::invalid_field);
+    EXPECT_EQ(with([](auto& v) { v.capacity = 0; }).status, decode_status::invalid_field);
+    expect_error(with([](auto& v) { v.capacity = (1u << 30) + 1; }), decode_status::invalid_field,
+                 "eager_put_open.capacity", {"must be 1 .. 1073741824 bytes"});
+    expect_error(with([](auto& v) { v.address = 0; }), decode_status::invalid_field,
+                 "eager_put_open.address", {"must not be 0"});
+    auto reserved = b;
+    reserved[13] = std::byte{1};
+    EXPECT_EQ(decode_eager_put_open(reserved).error.status, decode_status::reserved_bits_set);
+    EXPECT_EQ(validate_payload(h, reserved, limits4()).status, decode_status::reserved_bits_set);
+    EXPECT_EQ(decode_eager_put_open(std::span(b).first(31)).error.status,
+              decode_status::payload_length_mismatch);
+}
+
 TEST(wire_payload_validation, rdma_address_round_trip_and_checks) {
     const std::array<std::byte, 3> blob{std::byte{1}, std::byte{2}, std::byte{3}};
     const auto b = encode(rdma_address_payload{1, 3, blob});

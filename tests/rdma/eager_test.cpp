@@ -5,7 +5,10 @@
 // credit timer); persistent handles created, used, destroyed (also over a connection),
 // refused by a receiver without resources, and receiver-initiated; a peer that writes a bad footer
 // (its channel closes, a notice names it, later messages still arrive); a peer that dies
-// while the receiver holds its slots. The footer and eager_channel decoders are fuzzed.
+// while the receiver holds its slots. The same matrix runs for channels over a connection
+// written by one-sided put (EAGER_REMOTE=put) over the tcp and cma providers, and over verbs
+// where a device exists (else a skip naming why). The footer and eager_channel decoders are
+// fuzzed.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -22,6 +25,7 @@
 #include <coverse/alloc/message.hpp>
 #include <coverse/net/wire.hpp>
 #include <coverse/rdma/eager.hpp>
+#include <coverse/rdma/verbs.hpp>
 
 #include "rdma_pair.hpp"
 
@@ -73,6 +77,42 @@ TEST(eager_footer, fuzzed_words_are_either_valid_or_an_error_never_both) {
     EXPECT_GT(errors, 0u);
 }
 
+// A put slot's footer is written last by an in-order put only if its sentinel sits in its
+// last bytes; and every message size must leave room for the alloc header in front of it.
+TEST(eager_put_footer, the_sentinel_is_in_the_last_bytes_and_every_size_fits_its_slot) {
+    const std::uint64_t word = eager_put_word(eager_sentinel::data, 0x1234, 300);
+    unsigned char b[8];
+    std::memcpy(b, &word, 8);
+    EXPECT_EQ(b[6] | b[7] << 8, eager_sentinel::data);
+    EXPECT_EQ(b[0] | b[1] << 8, 0x1234);
+    eager_footer_error e;
+    auto f = decode_eager_put_footer(eager_put_head(77), word, 300, e);
+    EXPECT_FALSE(e);
+    EXPECT_EQ(f.footer.sentinel, eager_sentinel::data);
+    EXPECT_EQ(f.footer.seq, 0x1234);
+    EXPECT_EQ(f.footer.size, 300u);
+    EXPECT_EQ(f.after, 77u);
+    (void)decode_eager_put_footer(0, word, 299, e);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e.what, "a size beyond the slot");
+    (void)decode_eager_put_footer(0, eager_put_word(0x0BAD, 0, 8), 300, e);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e.what, "an unknown sentinel");
+    (void)decode_eager_put_footer(std::uint64_t{1} << 32, word, 300, e);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e.what, "reserved bits set");
+    for (std::uint32_t cap : {1u, 8u, 15u, 16u, 17u, 1000u, 16384u}) {
+        const std::uint32_t stride = eager_put_slot_stride(cap);
+        EXPECT_EQ(stride % 64, 0u) << cap;
+        for (std::uint32_t size = 1; size <= cap; size += (cap > 64 ? 13 : 1)) {
+            const std::uint32_t at = eager_put_message_offset(stride, size);
+            EXPECT_EQ(at % 16, 0u) << cap << " " << size;
+            EXPECT_GE(at, 32u) << cap << " " << size;  // the alloc header fits in front
+            EXPECT_LE(at + size, stride - eager_put_footer_size) << cap << " " << size;
+        }
+    }
+}
+
 TEST(eager_channel_frame, round_trips_and_rejects_bad_fields_fuzzed) {
     net::eager_channel_payload p;
     p.action = net::eager_action::open;
@@ -115,22 +155,35 @@ TEST(eager_segment_map, a_segment_of_another_shape_is_refused_by_name) {
 
 // ---- between two processes ------------------------------------------------------------
 
+using remote_mode = layer_config::eager_remote_mode;
+
 struct variant {
     std::uint32_t slots;
     provider_kind provider;
     bool same_host = true;  // false: the peer is on "another host" (the connection, no rings)
+    bool shm = true;        // false: SHM=off, the connection carries everything on one host too
+    remote_mode remote = remote_mode::automatic;  // EAGER_REMOTE
+    bool rings() const { return same_host && shm; }
+    bool put() const { return remote == remote_mode::put && !rings(); }
 };
 
 std::string name_of(const testing::TestParamInfo<variant>& i) {
     return "slots_" + std::to_string(i.param.slots) + "_" +
-           std::string(to_string(i.param.provider)) + (i.param.same_host ? "" : "_connection");
+           std::string(to_string(i.param.provider)) + (i.param.same_host ? "" : "_connection") +
+           (i.param.shm ? "" : "_no_shm") + (i.param.put() ? "_put" : "");
 }
 
 class eager : public testing::TestWithParam<variant> {
 protected:
     void SetUp() override {
+        if (GetParam().provider == provider_kind::verbs) {
+            std::string why;
+            if (list_verbs_devices(&why).empty()) GTEST_SKIP() << "verbs: " << why;
+        }
         _opt.cfg.forced = GetParam().provider;
         _opt.same_host = GetParam().same_host;
+        _opt.cfg.shm = GetParam().shm;
+        _opt.cfg.eager_remote = GetParam().remote;
         _opt.cfg.eager = true;
         _opt.cfg.eager_threshold = 1;
         _opt.cfg.eager_slots = GetParam().slots;
@@ -139,6 +192,17 @@ protected:
     }
     pair_options _opt;
 };
+
+// The receiver's check that short slots carried messages, and the ones the variant says: by
+// put (every one of them) where it writes by put, never by put elsewhere. 0 or 23.
+int slots_carried_some(node& n, bool put) {
+    const auto st = n.rdma->eager_stats();
+    if (st.receives > 0 && (put ? st.put_receives > 0 : st.put_receives == 0)) return 0;
+    std::fprintf(stderr, "PE %u: %llu eager receives, %llu of them by put (expected %s)\n", n.rank,
+                 static_cast<unsigned long long>(st.receives),
+                 static_cast<unsigned long long>(st.put_receives), put ? "some" : "none");
+    return 23;
+}
 
 // Sends sizes[k] with seed k, pausing every four messages so the receiver catches up and the
 // sender may use its channel; waits for every completion.
@@ -188,12 +252,19 @@ std::vector<std::size_t> mixed_sizes(std::size_t n) {
 TEST_P(eager, messages_arrive_whole_and_in_order_across_slots_ring_and_rendezvous) {
     const auto sizes = mixed_sizes(800);
     const auto r = run_pair(
-        _opt, [&](node& n, const std::function<void()>&) { return send_paced(n, 1, sizes); },
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = send_paced(n, 1, sizes)) return rc;
+            if (!GetParam().put() || GetParam().provider == provider_kind::cma) return 0;
+            // Puts that land later than post_put returns (tcp, verbs): a rendezvous or a message
+            // past the slot right behind a put waited for it to land.
+            return n.rdma->eager_stats().put_waits > 0 ? 0 : 13;
+        },
         [&](node& n, const std::function<void()>&) {
             const int rc = receive_checked(n, sizes, 1);
             if (rc) return rc;
-            // The channel really carried messages (not only the ring).
-            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+            // The channel really carried messages (not only the ring or the connection).
+            return slots_carried_some(n, GetParam().put());
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
@@ -235,7 +306,7 @@ TEST_P(eager, immediate_sends_keep_order_with_ring_slots_and_rendezvous_and_refu
             if (const int rc = wait_sent(n, done)) return rc;
             for (void* m : bufs)
                 alloc::msg_free(m);
-            if (!GetParam().same_host) return now == 0 ? 0 : 14;  // no ring: never at once
+            if (!GetParam().rings()) return now == 0 ? 0 : 14;  // no ring: never at once
             return now > 0 && later > 0 ? 0 : 13;
         },
         [&](node& n, const std::function<void()>&) {
@@ -253,7 +324,7 @@ TEST_P(eager, immediate_sends_keep_order_with_ring_slots_and_rendezvous_and_refu
 // machine cannot decide the test) and the whole burst goes at once, in order. The receiver
 // pauses before the burst, so that the wait is certain to happen.
 TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order) {
-    if (!GetParam().same_host) GTEST_SKIP() << "the ring and its gate are same-host paths";
+    if (!GetParam().rings()) GTEST_SKIP() << "the ring and its gate are same-host paths";
     _opt.cfg.eager_gate_wait_ns = 10'000'000'000;
     std::vector<std::size_t> sizes(24, 64);  // paced: the receiver opens the channel
     const std::size_t burst = 300;
@@ -335,6 +406,47 @@ TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order)
     EXPECT_EQ(r.pe1, 0);
 }
 
+// A receiver busy elsewhere (not polling) finds, when it comes back, slot messages and the
+// stream messages sent after them both waiting: it must take them in send order, whichever
+// it looks at first (over a connection written by put: the puts before each stream frame).
+TEST_P(eager, a_busy_receiver_takes_slot_and_stream_messages_in_send_order) {
+    std::vector<std::size_t> sizes(8, 64);  // paced: they earn the channel
+    for (std::size_t k = 0; k < 60; ++k)
+        sizes.push_back(k % 3 == 2 ? 20000 : (k % 2 ? 8 : 1000));  // slots, stream, rendezvous
+    const std::size_t paced = 8;
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = send_paced(
+                    n, 1, std::vector<std::size_t>(sizes.begin(), sizes.begin() + paced)))
+                return rc;
+            if (!n.wait_for([&] { return n.rdma->eager_stats().writing > 0; })) return 13;
+            // The receiver sleeps now (it took the paced ones): everything below waits for it.
+            std::vector<recorded_send> done(sizes.size() - paced);
+            std::vector<void*> bufs;
+            for (std::size_t k = paced; k < sizes.size(); ++k) {
+                void* m = alloc::msg_alloc(sizes[k]);
+                if (!m) return 10;
+                fill(m, sizes[k], k);
+                bufs.push_back(m);
+                n.rdma->send(1, static_cast<const std::byte*>(m),
+                             static_cast<std::uint32_t>(sizes[k]), false, 0, &done[k - paced]);
+            }
+            const int rc = wait_sent(n, done);
+            for (void* m : bufs)
+                alloc::msg_free(m);
+            return rc;
+        },
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = receive_checked(n, sizes, 1, 0, paced)) return rc;
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            if (const int rc = receive_checked(n, sizes, 1, paced)) return rc;
+            return slots_carried_some(n, GetParam().put());
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
 TEST_P(eager, handlers_that_free_out_of_order_lose_nothing) {
     std::vector<std::size_t> sizes(600, 256);
     const auto r = run_pair(
@@ -342,7 +454,7 @@ TEST_P(eager, handlers_that_free_out_of_order_lose_nothing) {
         [&](node& n, const std::function<void()>&) {
             const int rc = receive_checked(n, sizes, 5);
             if (rc) return rc;
-            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+            return slots_carried_some(n, GetParam().put());
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
@@ -364,7 +476,41 @@ TEST_P(eager, a_handler_that_keeps_slot_messages_makes_the_sender_fall_back) {
             std::size_t k = 0;
             for (auto& a : n.inbox)
                 if (a.size != sizes[k] || !check(a.msg, a.size, k++)) return 21;
-            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+            return slots_carried_some(n, GetParam().put());
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+// A handler keeps a few messages to the end and frees the rest at once: whatever slot holds a
+// kept message is never written again while it is kept (its content is checked last), and
+// the messages around it still arrive, by slot or by the stream path.
+TEST_P(eager, a_slot_kept_for_long_is_never_written_over) {
+    std::vector<std::size_t> sizes(300, 512);
+    const std::size_t keep[] = {10, 11, 40, 97};
+    const auto r = run_pair(
+        _opt, [&](node& n, const std::function<void()>&) { return send_paced(n, 1, sizes); },
+        [&](node& n, const std::function<void()>&) {
+            std::vector<std::pair<std::size_t, void*>> kept;
+            for (std::size_t k = 0; k < sizes.size(); ++k) {
+                if (!n.wait_messages(1, 60s)) return 20;
+                const arrived a = n.inbox.front();
+                n.inbox.pop_front();
+                if (a.size != sizes[k] || !check(a.msg, a.size, k)) return 21;
+                if (std::find(std::begin(keep), std::end(keep), k) != std::end(keep))
+                    kept.emplace_back(k, a.msg);
+                else
+                    alloc::msg_free(a.msg);
+            }
+            int rc = 0;
+            for (auto [k, msg] : kept) {
+                if (!check(msg, sizes[k], k)) {
+                    std::fprintf(stderr, "PE 1: kept message %zu was written over\n", k);
+                    rc = 24;
+                }
+                alloc::msg_free(msg);
+            }
+            return rc ? rc : slots_carried_some(n, GetParam().put());
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
@@ -449,7 +595,7 @@ TEST_P(eager, a_receiver_without_resources_refuses_and_sends_fall_back) {
 }
 
 TEST_P(eager, a_receiver_initiated_persistent_channel_carries_messages) {
-    if (!GetParam().same_host) GTEST_SKIP() << "receiver-initiated channels are shared memory";
+    if (!GetParam().rings()) GTEST_SKIP() << "receiver-initiated channels are shared memory";
     std::vector<std::size_t> sizes(100, 48 << 10);
     const auto r = run_pair(
         _opt,
@@ -488,55 +634,72 @@ TEST_P(eager, a_receiver_initiated_persistent_channel_carries_messages) {
     EXPECT_EQ(r.pe1, 0);
 }
 
+// Each fault a broken sender can write (an unknown sentinel, a size beyond the slot, a
+// sequence number out of turn) closes that channel with a notice naming the peer and the
+// fault; the messages before it and after it all arrive, in order.
 TEST_P(eager, a_bad_footer_closes_that_channel_with_a_notice_naming_the_peer) {
-    if (!GetParam().same_host) GTEST_SKIP() << "footers are shared memory; a connection has none";
+    if (!GetParam().rings() && !GetParam().put())
+        GTEST_SKIP() << "a channel written by frames has no footers";
+    using fault = layer::footer_fault;
     const std::vector<std::size_t> first(40, 64);
     const std::vector<std::size_t> later(40, 128);
     std::vector<std::size_t> all = first;
     all.insert(all.end(), later.begin(), later.end());
-    const auto r = run_pair(
-        _opt,
-        [&](node& n, const std::function<void()>&) {
-            if (const int rc = send_paced(n, 1, first)) return rc;
-            if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 1; })) return 13;
-            // As a broken peer would, into a free slot (a slot still holding a message the
-            // receiver has not taken is not the sender's to write).
-            bool injected = false;  // wait_for asks its predicate once more at the end
-            if (!n.wait_for(
-                    [&] { return injected || (injected = n.rdma->inject_bad_eager_footer(1)); }))
-                return 16;
-            // The receiver closes the channel; what follows goes by the ring, in order.
-            if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 0; })) return 14;
-            std::vector<recorded_send> done(later.size());
-            std::vector<void*> bufs;
-            for (std::size_t k = 0; k < later.size(); ++k) {
-                void* m = alloc::msg_alloc(later[k]);
-                fill(m, later[k], first.size() + k);
-                bufs.push_back(m);
-                n.rdma->send(1, static_cast<const std::byte*>(m),
-                             static_cast<std::uint32_t>(later[k]), false, 0, &done[k]);
-            }
-            if (!n.wait_for([&] {
-                    for (auto& d : done)
-                        if (d.calls == 0) return false;
-                    return true;
-                }))
-                return 15;
-            for (void* m : bufs)
-                alloc::msg_free(m);
-            return 0;
-        },
-        [&](node& n, const std::function<void()>&) {
-            if (const int rc = receive_checked(n, all, 1)) return rc;
-            for (const auto& t : n.notices)
-                if (t.find("bad footer") != std::string::npos &&
-                    t.find("from PE 0") != std::string::npos &&
-                    t.find("unknown sentinel") != std::string::npos)
-                    return n.rdma->eager_stats().bad_footers == 1 ? 0 : 24;
-            return 25;
-        });
-    EXPECT_EQ(r.pe0, 0);
-    EXPECT_EQ(r.pe1, 0);
+    // What the receiver's notice says of each fault. A shared-memory receiver scans for the
+    // next sequence number, so a skipped one shows as a message in no slot.
+    const std::pair<fault, std::string> faults[] = {
+        {fault::unknown_sentinel, "unknown sentinel"},
+        {fault::size_beyond_slot, "a size beyond the slot"},
+        {fault::sequence_skipped,
+         GetParam().rings() ? "a message counted but in no slot" : "a sequence number out of turn"},
+    };
+    for (const auto& [what, text] : faults) {
+        SCOPED_TRACE(text);
+        const auto r = run_pair(
+            _opt,
+            [&](node& n, const std::function<void()>&) {
+                if (const int rc = send_paced(n, 1, first)) return rc;
+                if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 1; })) return 13;
+                // As a broken peer would, into a free slot (a slot still holding a message the
+                // receiver has not taken is not the sender's to write).
+                bool injected = false;  // wait_for asks its predicate once more at the end
+                if (!n.wait_for([&] {
+                        return injected || (injected = n.rdma->inject_bad_eager_footer(1, what));
+                    }))
+                    return 16;
+                // The receiver closes the channel; what follows goes by the stream, in order.
+                if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 0; })) return 14;
+                std::vector<recorded_send> done(later.size());
+                std::vector<void*> bufs;
+                for (std::size_t k = 0; k < later.size(); ++k) {
+                    void* m = alloc::msg_alloc(later[k]);
+                    fill(m, later[k], first.size() + k);
+                    bufs.push_back(m);
+                    n.rdma->send(1, static_cast<const std::byte*>(m),
+                                 static_cast<std::uint32_t>(later[k]), false, 0, &done[k]);
+                }
+                if (!n.wait_for([&] {
+                        for (auto& d : done)
+                            if (d.calls == 0) return false;
+                        return true;
+                    }))
+                    return 15;
+                for (void* m : bufs)
+                    alloc::msg_free(m);
+                return 0;
+            },
+            [&](node& n, const std::function<void()>&) {
+                if (const int rc = receive_checked(n, all, 1)) return rc;
+                for (const auto& t : n.notices)
+                    if (t.find("bad footer") != std::string::npos &&
+                        t.find("from PE 0") != std::string::npos &&
+                        t.find(text) != std::string::npos)
+                        return n.rdma->eager_stats().bad_footers == 1 ? 0 : 24;
+                return 25;
+            });
+        EXPECT_EQ(r.pe0, 0);
+        EXPECT_EQ(r.pe1, 0);
+    }
 }
 
 TEST_P(eager, slots_a_handler_holds_stay_valid_after_their_sender_died) {
@@ -554,7 +717,7 @@ TEST_P(eager, slots_a_handler_holds_stay_valid_after_their_sender_died) {
             std::size_t k = 0;
             for (auto& a : n.inbox)
                 if (a.size != sizes[k] || !check(a.msg, a.size, k++)) return 22;
-            return n.rdma->eager_stats().receives > 0 ? 0 : 23;
+            return slots_carried_some(n, GetParam().put());
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
@@ -567,6 +730,18 @@ INSTANTIATE_TEST_SUITE_P(credits, eager,
                                          variant{1, provider_kind::tcp, false},
                                          variant{16, provider_kind::tcp, false}),
                          name_of);
+
+// Channels over a connection written by one-sided put: over the tcp provider (another host),
+// the cma provider (one host, SHM=off) and verbs (another host; a skip without a device).
+INSTANTIATE_TEST_SUITE_P(
+    put, eager,
+    testing::Values(variant{1, provider_kind::tcp, false, true, remote_mode::put},
+                    variant{16, provider_kind::tcp, false, true, remote_mode::put},
+                    variant{1, provider_kind::cma, true, false, remote_mode::put},
+                    variant{16, provider_kind::cma, true, false, remote_mode::put},
+                    variant{1, provider_kind::verbs, false, true, remote_mode::put},
+                    variant{16, provider_kind::verbs, false, true, remote_mode::put}),
+    name_of);
 
 // A peer on another host gets a channel over the connection: slots in the receiver's memory,
 // credits coming back in credit frames (and on any other frame it sends, see the tcp

@@ -128,9 +128,13 @@ enum class frame_type : std::uint8_t {
                             // lower rank's dial carries the pair; this connection closes
     peer_lost = 34,         // peer_lost_payload prefix + text (launcher -> PE): a PE of the
                             // job died; every PE hears it, connected to that PE or not
+    // Eager short channels written by one-sided put (rdma/src/eager_put.cpp). Connections
+    // only: a pair on rings uses shared-memory channels.
+    eager_put_open = 35,  // eager_put_open_payload: a receiver's registered slots for the
+                          // sender to put messages into; closed like any channel (eager_channel)
 };
 inline constexpr std::uint8_t first_frame_type = 1;
-inline constexpr std::uint8_t last_frame_type = 34;
+inline constexpr std::uint8_t last_frame_type = 35;
 
 /// Lower-case name of a type ("get_done"), or "unknown".
 [[nodiscard]] std::string_view frame_type_name(frame_type type) noexcept;
@@ -365,6 +369,22 @@ struct eager_channel_payload {
     friend bool operator==(const eager_channel_payload&, const eager_channel_payload&) = default;
 };
 
+/// eager_put_open: a receiver gives one sender a short channel the sender writes by one-sided
+/// put: `slots` slots of `capacity` message bytes each, in memory the receiver registered with
+/// the provider that sender reaches it by. Slot i starts at address + i x the slot stride
+/// (rdma/eager.hpp, eager_put_slot_stride(capacity)); its close and closed travel as
+/// eager_channel frames naming the same channel.
+struct eager_put_open_payload {
+    std::uint32_t channel = 0;   // @0  u32: the receiver's channel id (>= 1)
+    std::uint32_t slots = 0;     // @4  u32: 1..1024
+    std::uint32_t capacity = 0;  // @8  u32: message bytes per slot, 1..2^30
+                                 // @12 u32 reserved
+    std::uint64_t address = 0;   // @16 u64: the first slot's address at the receiver, != 0
+    std::uint64_t key = 0;       // @24 u64: the registration's key (verbs rkey, cma pid, tcp id)
+    static constexpr std::size_t wire_size = 32;
+    friend bool operator==(const eager_put_open_payload&, const eager_put_open_payload&) = default;
+};
+
 enum class disconnect_reason : std::uint32_t { shutdown = 1, error = 2, timeout = 3 };
 
 /// disconnect: the shutdown handshake; the sender has nothing more in flight.
@@ -503,6 +523,11 @@ struct node_table_payload {
 [[nodiscard]] std::array<std::byte, eager_channel_payload::wire_size> encode(
     const eager_channel_payload& p) noexcept;
 [[nodiscard]] decoded<eager_channel_payload> decode_eager_channel(
+    std::span<const std::byte> bytes) noexcept;
+[[nodiscard]] std::array<std::byte, eager_put_open_payload::wire_size> encode(
+    const eager_put_open_payload& p) noexcept;
+/// Checks channel >= 1, slots 1..1024, capacity 1..2^30, address != 0 and reserved.
+[[nodiscard]] decoded<eager_put_open_payload> decode_eager_put_open(
     std::span<const std::byte> bytes) noexcept;
 [[nodiscard]] decoded<persistent_request_payload> decode_persistent_request(
     std::span<const std::byte> bytes, const decode_limits& limits) noexcept;

@@ -64,6 +64,59 @@ struct eager_footer_error {
 [[nodiscard]] eager_footer decode_eager_footer(std::uint64_t word, std::uint32_t capacity,
                                                eager_footer_error& error) noexcept;
 
+// ---- channels written by one-sided put (src/eager_put.cpp) -----------------------------
+// The receiver's slots are registered memory the sender writes with its provider's put. A
+// slot holds its message at its end, right before a 16-byte footer, so that one put of
+// [message, slot end) carries both and the footer's last bytes are the last it writes:
+//   slot    [32 bytes: the receiver's alloc header | free | message, padded to 16 | footer]
+//   footer  @0 u32 after: messages the sender had sent this receiver by the stream path
+//                         (frames that carry a message) before this one, mod 2^32
+//           @4 u32 reserved, 0
+//           @8 u64 word: bits 0..15 seq (mod 2^16), 16..47 size, 48..63 sentinel — the
+//                        sentinel in the slot's last two bytes; the sentinels of eager_footer
+// Little-endian hosts, like the segment.
+
+/// Bytes of a put slot's footer.
+inline constexpr std::uint32_t eager_put_footer_size = 16;
+
+/// Bytes from one put slot to the next, for messages of up to `capacity` bytes (at most
+/// eager_segment::largest_capacity): a multiple of 64, so every slot starts on a cache line.
+constexpr std::uint32_t eager_put_slot_stride(std::uint32_t capacity) noexcept {
+    const std::uint32_t body = (capacity + 15u) / 16u * 16u;
+    return (32u + body + eager_put_footer_size + 63u) / 64u * 64u;
+}
+
+/// Where a message of `size` bytes (1..capacity) starts in its slot: 16-byte aligned, its
+/// padded end at the footer, and room for the 32-byte alloc header in front of it.
+constexpr std::uint32_t eager_put_message_offset(std::uint32_t stride,
+                                                 std::uint32_t size) noexcept {
+    return stride - eager_put_footer_size - (size + 15u) / 16u * 16u;
+}
+
+/// The footer's word: eager_footer's fields, rotated so the sentinel is in its top bits.
+constexpr std::uint64_t eager_put_word(std::uint16_t sentinel, std::uint16_t seq,
+                                       std::uint32_t size) noexcept {
+    const std::uint64_t w = eager_footer::encode(sentinel, seq, size);
+    return w >> 16 | w << 48;
+}
+
+/// The footer's first eight bytes: `after` and the reserved word.
+constexpr std::uint64_t eager_put_head(std::uint32_t after) noexcept {
+    return after;
+}
+
+struct eager_put_footer {
+    eager_footer footer;
+    std::uint32_t after = 0;
+};
+
+/// Decodes a put slot's footer, its head and its word as the peer wrote them, for a slot of
+/// `capacity` bytes: the checks of decode_eager_footer, and the reserved word must be 0.
+/// Whether its seq and `after` are the ones expected next is the channel's to judge.
+[[nodiscard]] eager_put_footer decode_eager_put_footer(std::uint64_t head, std::uint64_t word,
+                                                       std::uint32_t capacity,
+                                                       eager_footer_error& error) noexcept;
+
 struct eager_segment_header {
     std::uint32_t magic;
     std::uint32_t version;

@@ -115,6 +115,11 @@ struct layer_config {
     /// free slot waits for the receiver to take the channel's messages (order lets the ring
     /// carry it only then) before it queues behind them.
     std::uint64_t eager_gate_wait_ns = 20'000;
+    /// EAGER_REMOTE: how the short channel of a peer over a connection is written: by
+    /// one-sided put into the receiver's registered slots (put), by eager_data frames the
+    /// receiver's reader places (frames), or put where the pair's provider is verbs (auto).
+    enum class eager_remote_mode : std::uint8_t { automatic, put, frames };
+    eager_remote_mode eager_remote = eager_remote_mode::automatic;
     /// EAGER_LONG_BUFFERS / EAGER_LONG_BUFFER_SIZE: a persistent handle's channel.
     std::uint32_t eager_long_buffers = 3;
     std::uint32_t eager_long_bytes = 1u << 20;
@@ -204,12 +209,22 @@ public:
         std::size_t polled = 0, writing = 0;  // channels open now, each way
         std::uint64_t credit_frames = 0;      // explicit credit returns (connections)
         std::uint64_t credits_back = 0;       // credits our receivers returned (connections)
+        // Channels written by one-sided put (EAGER_REMOTE): messages put, taken from slots,
+        // and stream messages that waited for earlier puts to land first.
+        std::uint64_t put_sends = 0, put_receives = 0, put_waits = 0;
     };
     eager_counters eager_stats() const noexcept;
-    /// Fault injection for tests: writes a footer no correct sender writes (an unknown
-    /// sentinel) into a free slot of our short channel to `dest`, as a broken peer would.
+    /// What inject_bad_eager_footer writes.
+    enum class footer_fault : std::uint8_t {
+        unknown_sentinel,  // a sentinel that is none of the four
+        size_beyond_slot,  // a data footer larger than its slot
+        sequence_skipped,  // a data footer whose sequence number is one past the expected
+    };
+    /// Fault injection for tests: writes a footer no correct sender writes into a free slot
+    /// of our short channel to `dest` (shared memory, or by put), as a broken peer would.
     /// False when there is no channel or every slot is taken (try again later).
-    bool inject_bad_eager_footer(std::uint32_t dest);
+    bool inject_bad_eager_footer(std::uint32_t dest,
+                                 footer_fault fault = footer_fault::unknown_sentinel);
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;

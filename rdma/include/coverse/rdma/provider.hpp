@@ -35,6 +35,12 @@ struct capabilities {
     bool same_host_only = false;
     /// Largest single operation posted; larger ones are split by the provider itself.
     std::size_t max_transfer = 0;
+    /// The bytes of one put become visible at the target in address order, so a flag in its
+    /// last bytes is seen only after everything before it (tcp: the target's reader receives
+    /// the connection in order; verbs: how RC HCAs place an RDMA WRITE, which the verbs spec
+    /// does not promise). False: a put's bytes may land in any order (cma's kernel copy), so
+    /// an eager put channel writes its footer with a second put once the first completed.
+    bool put_in_order = false;
 };
 
 /// A registration as the provider hands it out; `key` is what a peer names it by (verbs
