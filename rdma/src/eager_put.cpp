@@ -126,10 +126,8 @@ void put_rx::take_back(void* storage, std::size_t) noexcept {
 }
 
 bool layer::impl::put_wanted(std::uint32_t from) const noexcept {
-    using mode = layer_config::eager_remote_mode;
     const provider_kind k = peers[from].publish_with;
-    if (!provider_of(k) || cfg.eager_remote == mode::frames) return false;
-    return cfg.eager_remote == mode::put || k == provider_kind::verbs;
+    return provider_of(k) && cfg.eager_by_put(k);
 }
 
 // The receiver: a busy sender over a connection gets slots it writes by put. False: none (the

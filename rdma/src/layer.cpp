@@ -635,6 +635,16 @@ provider_kind layer::provider_for(std::uint32_t pe) const noexcept {
     return pe < m.peers.size() ? m.peers[pe].get_with : provider_kind::tcp;
 }
 
+// The eager channel a busy `pe` would get from us, as table_for describes the rest.
+std::string layer::impl::eager_for(std::uint32_t pe) const {
+    const peer& p = peers[pe];
+    const bool ring = p.ready ? p.out_ring.has_value() : p.same_host && shm_wanted && !shm_failed;
+    const provider_kind publish = p.ready ? p.publish_with : offer_for(pe);
+    return describe_eager(ring ? stream_path::shm_ring : stream_path::connection, publish,
+                          cfg.eager_by_put(publish), cfg.eager_short_bytes, cfg.eager_slots,
+                          cfg.eager_threshold, cfg.eager_interval_ns);
+}
+
 const protocol_table& layer::impl::table_for(std::uint32_t pe) const noexcept {
     const peer& p = peers[pe];
     // Before the set-up with it (CONNECT=lazy): what it will get if it answers as we would.
@@ -678,8 +688,9 @@ std::string layer::describe() const {
     std::vector<std::string> seen;
     for (std::uint32_t pe = 0; pe < m.peers.size(); ++pe) {
         if (pe == m.cfg.rank) continue;
-        const std::string line =
+        std::string line =
             (m.peers[pe].same_host ? "same host: " : "other host: ") + m.table_for(pe).describe();
+        if (m.cfg.eager) line += "; " + m.eager_for(pe);
         if (std::find(seen.begin(), seen.end(), line) != seen.end()) continue;
         seen.push_back(line);
         out += line + "\n";

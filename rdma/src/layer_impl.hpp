@@ -375,6 +375,7 @@ struct layer::impl {
                   std::span<const std::byte> payload);
     mutable std::array<std::array<std::array<std::optional<protocol_table>, 2>, 4>, 2> tables;
     const protocol_table& table_for(std::uint32_t pe) const noexcept;
+    std::string eager_for(std::uint32_t pe) const;
 
     // ---- the same-host rings (shm_path.cpp) -----------------------------------------------
     void shm_create();

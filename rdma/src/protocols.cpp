@@ -22,6 +22,28 @@ std::string protocol_table::describe() const {
     return out;
 }
 
+std::string_view eager_protocol_name(stream_path path, provider_kind kind, bool by_put) noexcept {
+    if (path == stream_path::shm_ring) return "eager/short/shm";
+    if (!by_put) return "eager/short/frames/tcp";
+    switch (kind) {
+        case provider_kind::verbs:
+            return "eager/short/put/verbs";
+        case provider_kind::cma:
+            return "eager/short/put/cma";
+        default:
+            return "eager/short/put/tcp";
+    }
+}
+
+std::string describe_eager(stream_path path, provider_kind kind, bool by_put,
+                           std::size_t short_bytes, std::uint32_t slots, std::uint32_t threshold,
+                           std::uint64_t interval_ns) {
+    return std::string(eager_protocol_name(path, kind, by_put)) + " 0.." +
+           std::to_string(short_bytes) + " B once busy (" + std::to_string(slots) + " slots; " +
+           std::to_string(threshold) + " messages in " + std::to_string(interval_ns / 1000) +
+           " us)";
+}
+
 protocol_table make_protocol_table(stream_path path, provider_kind rndv, std::size_t small,
                                    std::size_t medium, std::size_t split) {
     const bool ring = path == stream_path::shm_ring;

@@ -228,6 +228,26 @@ TEST(coverse_info, protocol_boundaries_come_from_the_settings) {
     EXPECT_TRUE(has(line_of(r.out, "other host, no verbs:"), "rndv/get/tcp 8193 B..")) << r.out;
 }
 
+// The eager short channel is a row of its own beside each table, named by how its slots are
+// written: shared memory on this host, frames over a connection (put where EAGER_REMOTE says,
+// or verbs), and gone with EAGER_PROTOCOL=off.
+TEST(coverse_info, the_eager_channel_is_printed_beside_each_table) {
+    const run_result r = run_info({"++set", "EAGER_SHORT_SLOTS=4"}, {});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(
+        has(line_of(r.out, "same host:"), "; eager/short/shm 0..16384 B once busy (4 slots;"))
+        << r.out;
+    EXPECT_TRUE(has(line_of(r.out, "other host, no verbs:"), "; eager/short/frames/tcp 0..16384 B"))
+        << r.out;
+    const run_result put = run_info({"++set", "EAGER_REMOTE=put"}, {});
+    ASSERT_EQ(put.status, 0) << put.err;
+    EXPECT_TRUE(has(line_of(put.out, "other host, no verbs:"), "; eager/short/put/tcp 0..16384 B"))
+        << put.out;
+    const run_result off = run_info({"++set", "EAGER_PROTOCOL=off"}, {});
+    ASSERT_EQ(off.status, 0) << off.err;
+    EXPECT_FALSE(has(off.out, "eager/short")) << off.out;
+}
+
 TEST(coverse_info, a_forced_provider_says_where_it_was_forced) {
     const run_result r = run_info({"++set", "RDMA_PROVIDER=tcp", "++set", "SHM=off"}, {});
     ASSERT_EQ(r.status, 0) << r.err;

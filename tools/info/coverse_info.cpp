@@ -99,9 +99,13 @@ std::vector<protocol_row> protocol_rows(const coverse::rdma::layer_config& cfg, 
     using namespace coverse::rdma;
     const auto table = [&](stream_path path, provider_kind kind) {
         const bool split = kind == provider_kind::cma && path == stream_path::shm_ring;
-        return make_protocol_table(path, kind, cfg.small_boundary, cfg.medium_boundary,
-                                   split ? cfg.rndv_split : 0)
-            .describe();
+        std::string t = make_protocol_table(path, kind, cfg.small_boundary, cfg.medium_boundary,
+                                            split ? cfg.rndv_split : 0)
+                            .describe();
+        if (cfg.eager)
+            t += "; " + describe_eager(path, kind, cfg.eager_by_put(kind), cfg.eager_short_bytes,
+                                       cfg.eager_slots, cfg.eager_threshold, cfg.eager_interval_ns);
+        return t;
     };
     const auto stops = [](std::string why) { return protocol_row{"", "", std::move(why)}; };
     std::vector<protocol_row> rows;

@@ -120,6 +120,12 @@ struct layer_config {
     /// receiver's reader places (frames), or put where the pair's provider is verbs (auto).
     enum class eager_remote_mode : std::uint8_t { automatic, put, frames };
     eager_remote_mode eager_remote = eager_remote_mode::automatic;
+    /// Whether a channel over a connection whose slots are published with `k` is written by
+    /// put (else by frames): EAGER_REMOTE=put, or verbs under auto.
+    bool eager_by_put(provider_kind k) const noexcept {
+        return eager_remote != eager_remote_mode::frames &&
+               (eager_remote == eager_remote_mode::put || k == provider_kind::verbs);
+    }
     /// EAGER_LONG_BUFFERS / EAGER_LONG_BUFFER_SIZE: a persistent handle's channel.
     std::uint32_t eager_long_buffers = 3;
     std::uint32_t eager_long_bytes = 1u << 20;

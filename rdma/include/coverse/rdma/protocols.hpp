@@ -50,4 +50,16 @@ struct protocol_table {
 protocol_table make_protocol_table(stream_path path, provider_kind rndv, std::size_t small,
                                    std::size_t medium, std::size_t split);
 
+/// The eager short channel beside a table: a receiver opens one to a busy sender
+/// (EAGER_PROTOCOL), which then sends messages up to `short_bytes` into its slots instead of
+/// by the rows above. Named by how the slots are written: "eager/short/shm" (same host, in
+/// shared memory), "eager/short/put/<provider>" (one put of message and footer into the
+/// receiver's registered slots; verbs by default, EAGER_REMOTE=put on another provider),
+/// "eager/short/frames/tcp" (eager_data frames the receiver's reader places into a slot).
+std::string_view eager_protocol_name(stream_path path, provider_kind kind, bool by_put) noexcept;
+/// "eager/short/shm 0..16384 B once busy (16 slots; 1000 messages in 10000 us)".
+std::string describe_eager(stream_path path, provider_kind kind, bool by_put,
+                           std::size_t short_bytes, std::uint32_t slots, std::uint32_t threshold,
+                           std::uint64_t interval_ns);
+
 }  // namespace coverse::rdma
