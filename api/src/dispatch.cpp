@@ -298,8 +298,10 @@ int pe_core::schedule(int max_msgs, bool poll_only) {
                 call_handler(msg);
             }
             ++delivered;
-            // A task a handler woke otherwise (an event, a semaphore) runs now too, before
-            // the loop looks for the next message.
+            // The handler's sends over connections leave now, together (its ring sends
+            // went already); then a task it woke otherwise (an event, a semaphore) runs too,
+            // before the loop looks for the next message.
+            if (_mesh) _mesh->flush();
             if (!_deliveries_held) _sched->run_ready_now();
             continue;
         }

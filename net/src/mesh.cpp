@@ -103,11 +103,12 @@ struct mesh::connection {
     std::vector<frame> early;  // frames that arrived in the same receive as the hello
     connection_state st = connection_state::connecting;  // connected once its tasks run
     std::deque<outgoing*> queue;
-    event wake;                // the writer waits here for queued frames
-    bool writer_idle = false;  // the writer waits on `wake` with nothing of its own in flight
-    event bye;                 // the peer's disconnect frame arrived (or the peer failed)
-    event reader_done;         // the reader saw the end of the stream or stopped
-    event writer_done;         // the writer has ended
+    event wake;                  // the writer waits here for queued frames
+    bool writer_idle = false;    // the writer waits on `wake` with nothing of its own in flight
+    bool flush_pending = false;  // in mesh::_flush: flush() sends its queue if the writer idles
+    event bye;                   // the peer's disconnect frame arrived (or the peer failed)
+    event reader_done;           // the reader saw the end of the stream or stopped
+    event writer_done;           // the writer has ended
     bool writer_closing = false;
     bool failed = false;
     // Lazy set-up (CONNECT=lazy).
@@ -688,18 +689,64 @@ int mesh::post(std::uint32_t pe, const frame_header& header, std::span<const std
     o->sent = 0;
     o->on_sent = on_sent;
     o->ctx = ctx;
-    // Nothing queued and the writer idle: the frame goes now, from this call, instead of on
-    // the writer's next turn (for a small frame the whole send; TCP's 8 B latency). What
-    // the socket did not take is queued, with how much of it went.
-    if (c->writer_idle && c->queue.empty() && c->s && c->st == connection_state::connected &&
-        send_at_once(c, o.get())) {
-        outgoing* done = o.release();
-        complete(done, 0);
-        return 0;
-    }
     c->queue.push_back(o.release());
+    // The writer sends it on its next turn. If the caller flushes first (the machine core
+    // does when a handler returns), the frames posted since go at once, as one gather.
+    if (c->writer_idle && !c->flush_pending) {
+        c->flush_pending = true;
+        _flush.push_back(c);
+    }
     c->wake.set();
     return 0;
+}
+
+// What post() queued on connections whose writer is idle goes now, one non-blocking gather
+// per connection (stream::try_send), instead of on the writers' next turn: a handler's sends
+// leave together when it returns (TCP's small-message latency without a system call per
+// frame of a window). What a socket does not take is left to its writer, already woken,
+// with how much of its first frame went.
+void mesh::flush() noexcept {
+    for (std::size_t i = 0; i < _flush.size(); ++i) {  // a callback may post (and append)
+        connection* c = _flush[i];
+        c->flush_pending = false;
+        if (!c->writer_idle || c->queue.empty() || !c->s || c->failed ||
+            c->st != connection_state::connected)
+            continue;  // the writer has it (or it is failing)
+        _flush_parts.clear();
+        std::size_t frames = 0, bytes = 0;
+        for (outgoing* o : c->queue) {
+            if (frames == batch_frames || (frames > 0 && bytes >= batch_bytes)) break;
+            stamp_credits(c, o);
+            bytes += add_parts(o, _flush_parts);
+            ++frames;
+        }
+        const int r = c->s->try_send(_flush_parts);
+        if (r <= 0) continue;  // full, or an error the writer meets again and reports
+        // Complete every frame that went whole, oldest first; a callback may post behind.
+        std::size_t left = static_cast<std::size_t>(r);
+        while (left > 0) {
+            outgoing* o = c->queue.front();
+            const std::size_t rest = header_size + o->payload.size() - o->sent;
+            if (left < rest) {
+                o->sent += left;  // the writer goes on from here
+                break;
+            }
+            left -= rest;
+            c->queue.pop_front();
+            complete(o, 0);
+        }
+    }
+    _flush.clear();
+}
+
+std::size_t mesh::add_parts(const outgoing* o, std::vector<std::span<const std::byte>>& parts) {
+    // post() may have had the start of this frame sent by flush() (only the first queued
+    // frame can have been): the rest goes on from there.
+    const std::size_t skip = o->sent;
+    if (skip < header_size) parts.push_back(std::span<const std::byte>(o->header).subspan(skip));
+    const std::size_t pskip = skip > header_size ? skip - header_size : 0;
+    if (pskip < o->payload.size()) parts.push_back(o->payload.subspan(pskip));
+    return header_size + o->payload.size() - skip;
 }
 
 void mesh::stamp_credits(const connection* c, outgoing* o) noexcept {
@@ -717,15 +764,6 @@ void mesh::stamp_credits(const connection* c, outgoing* o) noexcept {
         field[0] = static_cast<std::byte>(total & 0xFF);
         field[1] = static_cast<std::byte>((total >> 8) & 0xFF);
     }
-}
-
-bool mesh::send_at_once(connection* c, outgoing* o) noexcept {
-    stamp_credits(c, o);
-    const std::span<const std::byte> parts[2] = {o->header, o->payload};
-    const int r = c->s->try_send(parts);
-    // An error is left to the writer, which meets it again and fails the connection.
-    if (r > 0) o->sent = static_cast<std::size_t>(r);
-    return o->sent == header_size + o->payload.size();
 }
 
 void mesh::complete(outgoing* o, int result) {
@@ -767,14 +805,7 @@ task<void> mesh::writer(connection* c) {
             c->queue.pop_front();
             stamp_credits(c, o);  // eager credits ride on whatever goes to the peer now
             batch.push_back(o);
-            // post() may have sent the start of this frame itself (only the first in the
-            // queue can have been): the rest goes on from there.
-            const std::size_t skip = o->sent;
-            if (skip < header_size)
-                parts.push_back(std::span<const std::byte>(o->header).subspan(skip));
-            const std::size_t pskip = skip > header_size ? skip - header_size : 0;
-            if (pskip < o->payload.size()) parts.push_back(o->payload.subspan(pskip));
-            bytes += header_size + o->payload.size() - skip;
+            bytes += add_parts(o, parts);
         }
         const int r = co_await c->s->send_all(parts);
         for (outgoing* o : batch)

@@ -781,16 +781,16 @@ task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> par
 }
 
 // One non-blocking sendmsg, as send_all's first try, for a caller that has nothing else in
-// flight on this stream (net::mesh::post with an idle writer): a small frame leaves within
-// the sender's own call, with no writer turn and no task frame in between.
+// flight on this stream (net::mesh::flush, while the writer idles): queued frames leave
+// within the caller's own call, with no writer turn and no task frame in between.
 int uring_stream::try_send(std::span<const std::span<const std::byte>> parts) noexcept {
     if (_state.fd < 0 || _state.closing || _cfg.zc_threshold != 0) return 0;
-    constexpr std::size_t max_parts = 8;
+    constexpr std::size_t max_parts = 160;  // a writer's batch: 64 frames, header + payload
     iovec iov[max_parts];
     std::size_t n = 0;
     for (const auto& p : parts) {
         if (p.empty()) continue;
-        if (n == max_parts) break;  // the rest goes by send_all
+        if (n == max_parts) break;  // the rest goes by the writer
         iov[n++] = {const_cast<std::byte*>(p.data()), p.size()};
     }
     if (n == 0) return 0;

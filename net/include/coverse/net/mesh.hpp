@@ -160,6 +160,12 @@ public:
     /// -EMSGSIZE at once (and then never calls on_sent).
     int post(std::uint32_t pe, const frame_header& header, std::span<const std::byte> payload,
              sent_callback on_sent, void* ctx);
+    /// Sends what post() queued since the last flush on connections whose writer is idle,
+    /// now, one non-blocking gather per connection, instead of on the writers' next turn
+    /// (they were woken anyway; what a socket does not take stays theirs). Callbacks of the
+    /// frames that went run here. For a caller at the end of a unit of work — the machine
+    /// core after each handler — so that its sends leave together, at once.
+    void flush() noexcept;
 
     /// The next received frame, in order per peer; nullopt once every peer has
     /// disconnected and everything received was handed out. Throws mesh_error once a peer
@@ -252,8 +258,10 @@ private:
     task<void> writer(connection* c);
     /// Writes the eager credits owed to the peer into a frame's header as it leaves.
     void stamp_credits(const connection* c, outgoing* o) noexcept;
-    /// post()'s own send, when the writer is idle: true when the whole frame went.
-    bool send_at_once(connection* c, outgoing* o) noexcept;
+    /// Appends what is left to send of a frame (header, payload) to a gather; its bytes.
+    static std::size_t add_parts(const outgoing* o, std::vector<std::span<const std::byte>>& parts);
+    std::vector<connection*> _flush;  // connections post() queued on while their writer idled
+    std::vector<std::span<const std::byte>> _flush_parts;
     task<void> reader(connection* c);
     void deliver(connection* c, frame f);
     void fail(connection* c, const std::string& why);
