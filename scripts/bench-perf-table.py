@@ -286,6 +286,74 @@ def write_svg(path, samples):
         f.write("\n".join(out) + "\n")
 
 
+# --- by placement -------------------------------------------------------------------------
+# On a VM the host moves the two vCPUs: the cache-line floor between them reads ~0.03 us
+# (close) or ~0.15 us (apart) from one minute to the next, and every same-host result moves
+# with it, more for an implementation that moves more cache lines per message. bench-perf.sh
+# runs tools/perf/placement_probe before and after each run ("floor_us", "floor_after_us");
+# a run whose two probes fall on the same side of the widest gap between the floors seen is
+# filed under that placement, one whose placement moved during it is left out here.
+SAME_HOST = ["coverse-shm", "ompi-vader", "ucx-shm"]
+PLACED = [("pingpong", 8), ("pingpong", 1024), ("rate", 8)]
+
+
+def placement_split(path):
+    """(threshold, {(test, bytes): {placement: {impl: [values]}}}) or None without probes."""
+    runs = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            if "floor_us" in r and "floor_after_us" in r and r.get("test") in METRICS:
+                runs.append(r)
+    floors = sorted({v for r in runs for v in (r["floor_us"], r["floor_after_us"]) if v > 0})
+    if len(floors) < 2:
+        return None
+    gap, at = max((floors[i + 1] / floors[i], i) for i in range(len(floors) - 1))
+    if gap < 1.8:
+        return None  # one placement all along
+    threshold = math.sqrt(floors[at] * floors[at + 1])
+    split = {}
+    for r in runs:
+        near = [v < threshold for v in (r["floor_us"], r["floor_after_us"])]
+        if near[0] != near[1]:
+            continue
+        impl = LEGACY.get(r.get("impl", "?"), r.get("impl", "?"))
+        field = METRICS[r["test"]][0]
+        if field not in r:
+            continue
+        key = (r["test"], r.get("bytes", 0))
+        split.setdefault(key, {}).setdefault("close" if near[0] else "apart", {}).setdefault(
+            impl, []).append(r[field])
+    return threshold, split
+
+
+def placement_table(path):
+    got = placement_split(path)
+    if got is None:
+        return
+    threshold, split = got
+    print(f"\nBy placement of the two vCPUs (cache-line floor below / above {threshold:.3f} us, "
+          "probed before and after each run; runs whose placement moved are left out):\n")
+    print("| test | size | placement | " + " | ".join(SAME_HOST) + " | shm/vader |")
+    print("|---|---|---|" + "---:|" * (len(SAME_HOST) + 1))
+    for test, nbytes in PLACED:
+        for where in ("close", "apart"):
+            by_impl = split.get((test, nbytes), {}).get(where, {})
+            if not by_impl:
+                continue
+            unit = METRICS[test][1]
+            cells = [f"{value_text(median(by_impl.get(i, [])), unit)} ({len(by_impl.get(i, []))})"
+                     if by_impl.get(i) else "—" for i in SAME_HOST]
+            r = ratio(by_impl, test, "coverse-shm", ("ompi-vader",))
+            r_text = f"{r:.2f}" if r is not None else "—"
+            print(f"| {test} | {size_text(nbytes)} | {where} | " + " | ".join(cells) +
+                  f" | {r_text} |")
+    print("\n(n) is how many runs each median is of.")
+
+
 def main():
     ap = argparse.ArgumentParser(
         description="The side-by-side table of scripts/bench-perf.sh's JSON lines.")
@@ -295,6 +363,7 @@ def main():
     samples = load(a.results)
     table(samples)
     targets(samples)
+    placement_table(a.results)
     if a.svg:
         write_svg(a.svg, samples)
         print(f"\nPlot: {a.svg}", file=sys.stderr)

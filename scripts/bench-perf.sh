@@ -15,7 +15,9 @@
 # leaves its numbers out for that repetition, said on stderr. Then the table of medians
 # with the ratios and issue 10's targets (scripts/bench-perf-table.py; FILE again later).
 # The JSON lines, each with its repetition as "rep" and its implementation as "impl", go
-# to the results file.
+# to the results file, with the cache-line floor between the two CPUs just before and after
+# the run ("floor_us", "floor_after_us", tools/perf/placement_probe): the host moves the
+# vCPUs, and the table also files the same-host results by that placement.
 #
 # ucx_perftest's numbers, per test and size (same sizes, same iteration counts as
 # coverse-perf's schedule, docs/perf.md; scripts/ucx-perftest-json.py converts them):
@@ -148,7 +150,7 @@ elif [ "$install_mpi" = 1 ]; then
 fi
 has() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
 if [ "$do_build" = 1 ]; then
-    targets=(coverse-perf coverse-run)
+    targets=(coverse-perf coverse-run placement_probe)
     has pvr && targets+=(pvr_bench)
     bench_build "$build" "${targets[@]}"
 fi
@@ -292,8 +294,9 @@ run_ucx() {
 # run_one IMPL REP: one run of IMPL; its JSON lines, tagged with the repetition and the
 # implementation's name, go to $out. A failed run is reported and left out.
 run_one() {
-    local impl=$1 rep=$2 raw=$work/raw rc=0
+    local impl=$1 rep=$2 raw=$work/raw rc=0 floor=0 floor_after=0
     note "repetition $rep/$reps: $impl"
+    floor=$(probe_floor)
     local common=(--json --tests "pingpong,bw,rate" ${quick[@]+"${quick[@]}"} ${args[@]+"${args[@]}"})
     case "$impl" in
         coverse-shm)
@@ -323,12 +326,24 @@ run_one() {
                 >"$raw" || rc=$?
             ;;
     esac
+    floor_after=$(probe_floor)
     if ((rc)); then
         note "$impl failed (status $rc) in repetition $rep: its numbers for it are left out"
         return 0
     fi
-    grep '^{' "$raw" | sed "s/^{/{\"rep\":$rep,/; s/\"impl\":\"[^\"]*\"/\"impl\":\"$impl\"/" \
+    grep '^{' "$raw" |
+        sed "s/^{/{\"rep\":$rep,\"floor_us\":$floor,\"floor_after_us\":$floor_after,/; s/\"impl\":\"[^\"]*\"/\"impl\":\"$impl\"/" \
         >>"$out" || note "$impl printed no results in repetition $rep"
+}
+
+# The cache-line floor between the two benchmark CPUs now (tools/perf/placement_probe): the
+# host moves the vCPUs, and the table files each run by the placement it ran under. 0 when
+# the probe is missing or fails (the run is then not filed by placement).
+probe_floor() {
+    local p=$build/tools/perf/placement_probe v
+    [ -x "$p" ] || { echo 0; return; }
+    v=$("$p" 2>/dev/null | sed -n 's/.*"one_way_us":\([0-9.]*\).*/\1/p')
+    echo "${v:-0}"
 }
 
 # bench_mpirun_* are shell functions: timeout needs a command, so give it this script's shell.
