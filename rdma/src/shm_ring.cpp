@@ -19,14 +19,13 @@ namespace coverse::rdma {
 
 namespace {
 
-constexpr std::uint32_t ring_magic = 0x4752'5643;  // "CVRG"
+constexpr std::uint32_t ring_magic = 0x3252'5643;  // "CVR2": records published in-band
 constexpr std::size_t record_header = detail::shm_record_header;
 constexpr std::size_t min_capacity = 64 * 1024;
 
 using record_head = detail::shm_record_head;
-using detail::shm_round16;
-std::size_t round16(std::size_t n) noexcept {
-    return shm_round16(n);
+std::size_t round_record(std::size_t n) noexcept {
+    return detail::shm_round_record(n);
 }
 
 constexpr std::size_t max_capacity = std::size_t{1} << 30;  // chunks stay far below 4 GiB
@@ -49,8 +48,7 @@ shm_ring::shm_ring(std::string name, void* base, std::size_t bytes) noexcept
       _h(static_cast<shm_ring_header*>(base)),
       _map_bytes(bytes),
       _cap(_h->capacity),
-      _seen_head(_h->head.load(std::memory_order_acquire)),
-      _seen_tail(_h->tail.load(std::memory_order_acquire)) {}
+      _seen_head(_h->head.load(std::memory_order_acquire)) {}
 
 shm_ring::shm_ring(shm_ring&& o) noexcept
     : _name(std::move(o._name)),
@@ -58,7 +56,6 @@ shm_ring::shm_ring(shm_ring&& o) noexcept
       _map_bytes(std::exchange(o._map_bytes, 0)),
       _cap(o._cap),
       _seen_head(o._seen_head),
-      _seen_tail(o._seen_tail),
       _pending_advance(o._pending_advance),
       _linked(std::exchange(o._linked, false)),
       _corrupt(o._corrupt) {}
@@ -144,7 +141,7 @@ void shm_ring::unlink() noexcept {
 bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
                          std::uint32_t tag) noexcept {
     const std::uint64_t cap = _cap;
-    const std::size_t rec = record_header + round16(chunk.size());
+    const std::size_t rec = record_header + round_record(chunk.size());
     if (chunk.size() > max_chunk()) return false;
     std::uint64_t tail = _h->tail.load(std::memory_order_relaxed);  // ours
     std::uint64_t off = tail & (cap - 1);
@@ -157,21 +154,42 @@ bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, 
         _seen_head = _h->head.load(std::memory_order_acquire);
         if (need > cap - (tail - _seen_head)) return false;
     }
+    // The record, then its mark: everything but the mark first, the mark last with release,
+    // so a consumer that reads the mark (acquire) reads the whole record.
+    const auto publish = [this](std::uint64_t at_off, std::uint64_t position) {
+        std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(data() + at_off))
+            .store(detail::shm_mark(position), std::memory_order_release);
+    };
+    std::uint64_t skip_at = ~std::uint64_t{0}, skip_position = 0;
     if (rec > to_end) {
-        // Records never wrap: pad to the end with a skip record (to_end >= 16: every size
-        // and offset is a multiple of 16).
-        const record_head skip{static_cast<std::uint32_t>(to_end - record_header), 0,
-                               shm_flags::skip, 0, 0};
+        // Records never wrap: pad to the end with a skip record (to_end >= 32: every size
+        // and offset is a multiple of 32). Published after the record behind it, so the
+        // consumer never follows a skip to a record not there yet.
+        const record_head skip{
+            0, static_cast<std::uint32_t>(to_end - record_header), 0, shm_flags::skip, 0, 0, 0};
         std::memcpy(data() + off, &skip, sizeof skip);
+        skip_at = off;
+        skip_position = tail;
         tail += to_end;
         off = 0;
     }
-    const record_head head_rec{static_cast<std::uint32_t>(chunk.size()), total, flags, 0, tag};
+    const record_head head_rec{0, static_cast<std::uint32_t>(chunk.size()), total, flags, 0, tag,
+                               0};
     std::memcpy(data() + off, &head_rec, sizeof head_rec);
     if (!chunk.empty()) std::memcpy(data() + off + record_header, chunk.data(), chunk.size());
-    // Publishes the record (and a skip before it): the consumer's acquire load of tail sees
-    // every byte written above.
-    _h->tail.store(tail + rec, std::memory_order_release);
+    // The next record's header, when that space is free: its mark zeroed now (ordered before
+    // this record's mark), so the consumer reaching it reads "not yet", never stale bytes of
+    // an earlier lap. When it is not free, the position-based mark alone tells them apart.
+    const std::uint64_t next = tail + rec;
+    if (next + record_header - _seen_head <= cap) {
+        std::atomic_ref<std::uint64_t>(
+            *reinterpret_cast<std::uint64_t*>(data() + (next & (cap - 1))))
+            .store(0, std::memory_order_relaxed);
+    }
+    publish(off, tail);
+    if (skip_at != ~std::uint64_t{0}) publish(skip_at, skip_position);
+    // The producer's own position, for consumer_caught_up() and a consumer about to sleep.
+    _h->tail.store(next, std::memory_order_release);
     return true;
 }
 

@@ -248,33 +248,35 @@ TEST(shm_ring, a_record_that_does_not_fit_before_the_end_starts_at_the_beginning
     shm_name n;
     auto consumer = shm_ring::create(n.name, min_capacity);
     auto producer = shm_ring::open(n.name);
-    // 63 records of 1024 ring bytes, then one of 1008: 16 bytes remain before the end, room
-    // for a skip record's header only.
+    // Records take their 32-byte header plus the chunk rounded up to 32 bytes. 63 records of
+    // 1024 ring bytes, then one of 992: 32 bytes remain before the end, room for a skip
+    // record's header only.
+    constexpr std::size_t hdr = detail::shm_record_header;
     std::uint64_t seq = 0;
     for (int i = 0; i < 63; ++i)
-        ASSERT_TRUE(write_seq(producer, seq++, 1008));
-    ASSERT_TRUE(write_seq(producer, seq++, 992));
+        ASSERT_TRUE(write_seq(producer, seq++, 1024 - hdr));
+    ASSERT_TRUE(write_seq(producer, seq++, 992 - hdr));
     for (std::uint64_t s = 0; s < 63; ++s)
-        ASSERT_TRUE(next_is(consumer, s, 1008));
-    ASSERT_TRUE(next_is(consumer, 63, 992));
+        ASSERT_TRUE(next_is(consumer, s, 1024 - hdr));
+    ASSERT_TRUE(next_is(consumer, 63, 992 - hdr));
     ASSERT_TRUE(consumer.empty());
 
-    // Needs 32 bytes, 16 remain: a header-only skip record, then the record at offset 0.
+    // Needs 64 bytes, 32 remain: a header-only skip record, then the record at offset 0.
     ASSERT_TRUE(write_seq(producer, seq++, 1));
     ASSERT_TRUE(next_is(consumer, 64, 1));
     EXPECT_TRUE(consumer.empty());
 
-    // From offset 32, 63 records of 1024 ring bytes leave 992 before the end: a record of
-    // exactly 992 ring bytes needs no skip record, and the next one starts at offset 0. That
-    // fills the ring to the last byte (65504 + 32), so a needless skip could not fit.
+    // From offset 64, 63 records of 1024 ring bytes leave 960 before the end: a record of
+    // exactly 960 ring bytes needs no skip record, and the next one starts at offset 0. That
+    // fills the ring to the last byte (65472 + 64), so a needless skip could not fit.
     for (int i = 0; i < 63; ++i)
-        ASSERT_TRUE(write_seq(producer, seq++, 1008));
-    ASSERT_TRUE(write_seq(producer, seq++, 976));
+        ASSERT_TRUE(write_seq(producer, seq++, 1024 - hdr));
+    ASSERT_TRUE(write_seq(producer, seq++, 960 - hdr));
     ASSERT_TRUE(write_seq(producer, seq++, 5));
     EXPECT_FALSE(producer.try_write({}, 0, shm_flags::first, 999));
     for (std::uint64_t s = 65; s < 65 + 63; ++s)
-        ASSERT_TRUE(next_is(consumer, s, 1008));
-    ASSERT_TRUE(next_is(consumer, 128, 976));
+        ASSERT_TRUE(next_is(consumer, s, 1024 - hdr));
+    ASSERT_TRUE(next_is(consumer, 128, 960 - hdr));
     ASSERT_TRUE(next_is(consumer, 129, 5));
     EXPECT_TRUE(consumer.empty());
     EXPECT_FALSE(consumer.peek().has_value());
@@ -286,27 +288,28 @@ TEST(shm_ring, a_full_ring_refuses_writes_until_the_consumer_consumes) {
     shm_name n;
     auto consumer = shm_ring::create(n.name, min_capacity);
     auto producer = shm_ring::open(n.name);
-    // 1008-byte chunks take 1024 ring bytes: exactly 64 fill 64 KiB.
+    // Chunks of 1024 - 32 bytes take 1024 ring bytes: exactly 64 fill 64 KiB.
+    constexpr std::size_t chunk = 1024 - detail::shm_record_header;
     for (std::uint64_t s = 0; s < 64; ++s)
-        ASSERT_TRUE(write_seq(producer, s, 1008)) << s;
-    EXPECT_FALSE(write_seq(producer, 64, 1008));
+        ASSERT_TRUE(write_seq(producer, s, chunk)) << s;
+    EXPECT_FALSE(write_seq(producer, 64, chunk));
     EXPECT_FALSE(producer.try_write({}, 0, shm_flags::first, 64));  // not even a header
-    EXPECT_FALSE(write_seq(producer, 64, 1008));
+    EXPECT_FALSE(write_seq(producer, 64, chunk));
 
     // Peeking does not free space; consuming does, exactly one record's worth.
     ASSERT_TRUE(consumer.peek().has_value());
-    EXPECT_FALSE(write_seq(producer, 64, 1008));
-    ASSERT_TRUE(next_is(consumer, 0, 1008));
-    ASSERT_TRUE(write_seq(producer, 64, 1008));
-    EXPECT_FALSE(write_seq(producer, 65, 1008));
+    EXPECT_FALSE(write_seq(producer, 64, chunk));
+    ASSERT_TRUE(next_is(consumer, 0, chunk));
+    ASSERT_TRUE(write_seq(producer, 64, chunk));
+    EXPECT_FALSE(write_seq(producer, 65, chunk));
     EXPECT_FALSE(producer.try_write({}, 0, shm_flags::first, 65));
 
     // Nothing was overwritten by the refused writes.
     for (std::uint64_t s = 1; s <= 64; ++s)
-        ASSERT_TRUE(next_is(consumer, s, 1008));
+        ASSERT_TRUE(next_is(consumer, s, chunk));
     EXPECT_TRUE(consumer.empty());
-    ASSERT_TRUE(write_seq(producer, 65, 1008));
-    ASSERT_TRUE(next_is(consumer, 65, 1008));
+    ASSERT_TRUE(write_seq(producer, 65, chunk));
+    ASSERT_TRUE(next_is(consumer, 65, chunk));
 }
 
 TEST(shm_ring, a_record_needing_a_skip_waits_for_room_at_both_ends) {
@@ -314,18 +317,19 @@ TEST(shm_ring, a_record_needing_a_skip_waits_for_room_at_both_ends) {
     auto consumer = shm_ring::create(n.name, min_capacity);
     auto producer = shm_ring::open(n.name);
     // 60 records of 1024 ring bytes: 4096 bytes remain before the end.
+    constexpr std::size_t chunk = 1024 - detail::shm_record_header;
     for (std::uint64_t s = 0; s < 60; ++s)
-        ASSERT_TRUE(write_seq(producer, s, 1008));
+        ASSERT_TRUE(write_seq(producer, s, chunk));
     // Consume 4: 4096 free at the start. A 5000-byte record fits in neither stretch alone
-    // (the skip takes the 4096 at the end, the record then needs 5024 from the start).
+    // (the skip takes the 4096 at the end, the record then needs 5056 from the start).
     for (std::uint64_t s = 0; s < 4; ++s)
-        ASSERT_TRUE(next_is(consumer, s, 1008));
+        ASSERT_TRUE(next_is(consumer, s, chunk));
     EXPECT_FALSE(write_seq(producer, 60, 5000));
     // One more consumed: 5120 bytes at the start, enough after the skip.
-    ASSERT_TRUE(next_is(consumer, 4, 1008));
+    ASSERT_TRUE(next_is(consumer, 4, chunk));
     ASSERT_TRUE(write_seq(producer, 60, 5000));
     for (std::uint64_t s = 5; s < 60; ++s)
-        ASSERT_TRUE(next_is(consumer, s, 1008));
+        ASSERT_TRUE(next_is(consumer, s, chunk));
     ASSERT_TRUE(next_is(consumer, 60, 5000));
     EXPECT_TRUE(consumer.empty());
 }
@@ -812,7 +816,9 @@ TEST(shm_ring, an_impossible_record_header_is_reported_as_corrupt) {
     ::close(fd);
     ASSERT_NE(p, MAP_FAILED);
     const std::uint32_t bogus = 0xFFFF'FF00u;
-    std::memcpy(static_cast<std::byte*>(p) + sizeof(shm_ring_header), &bogus, sizeof bogus);
+    std::memcpy(static_cast<std::byte*>(p) + sizeof(shm_ring_header) +
+                    offsetof(detail::shm_record_head, chunk),
+                &bogus, sizeof bogus);
     EXPECT_FALSE(consumer.peek().has_value());
     EXPECT_TRUE(consumer.corrupt());
     // A corrupt ring stays corrupt when it moves (the move constructor dropped the flag, so

@@ -1,13 +1,21 @@
 // shm_ring: a single-producer single-consumer byte ring in POSIX shared memory, the same-host
 // channel between two PEs (one ring per ordered pair). The producer copies a record in and
-// publishes it with one release store; the consumer polls the published position — no
-// system call on either side. Records never wrap: the producer pads the end with a skip
-// record. A consumer that is about to sleep says so in the header, and a producer that sees
-// it rings the consumer's doorbell (shm_doorbell).
+// publishes it with one release store of the record's own mark; the consumer polls the
+// header at its position — no system call on either side, and for a small message one cache
+// line crosses the cores: the record itself (a separate published position was a second
+// line the consumer had to fetch first, one cross-core transfer more per message). Records
+// never wrap: the producer pads the end with a skip record. A consumer that is about to
+// sleep says so in the header, and a producer that sees it rings the consumer's doorbell
+// (shm_doorbell).
 //
-// Record: a 16-byte header {u32 chunk bytes, u32 total bytes, u16 flags, u16 reserved,
-// u32 tag} then the chunk, padded to 16 bytes. A message larger than a chunk travels as
-// several records, the first flagged `first`.
+// Record: a 32-byte header {u64 mark, u32 chunk bytes, u32 total bytes, u16 flags,
+// u16 reserved, u32 tag, u64 reserved} then the chunk, padded to 32 bytes. The mark is the
+// record's position in the ring's byte stream plus one, so a header left from an earlier
+// lap (or zeroed memory) never reads as published; the producer also zeroes the next
+// header's mark when that space is free, so stale bytes are never taken for a record there.
+// A message larger than a chunk travels as several records, the first flagged `first`.
+// The producer still publishes its position (tail) for itself and for a consumer that asks
+// whether the ring is empty before it sleeps.
 #pragma once
 
 #include <atomic>
@@ -33,18 +41,30 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "the ring needs lock-free 64-bit atomics to be shared between processes");
 
 namespace detail {
-/// A record's 16-byte header in the ring.
+/// A record's 32-byte header in the ring. `mark` (position + 1) is stored last, with release.
 struct shm_record_head {
+    std::uint64_t mark;
     std::uint32_t chunk;
     std::uint32_t total;
     std::uint16_t flags;
     std::uint16_t reserved;
     std::uint32_t tag;
+    std::uint64_t reserved2;
 };
-static_assert(sizeof(shm_record_head) == 16);
+static_assert(sizeof(shm_record_head) == 32 && offsetof(shm_record_head, mark) == 0);
+/// The mark of a record at `position` in the ring's byte stream: never 0 (zeroed memory).
+constexpr std::uint64_t shm_mark(std::uint64_t position) noexcept {
+    return position + 1;
+}
+/// Reads a record's mark as the producer published it (acquire).
+inline std::uint64_t shm_load_mark(const std::byte* header) noexcept {
+    return std::atomic_ref<const std::uint64_t>(*reinterpret_cast<const std::uint64_t*>(header))
+        .load(std::memory_order_acquire);
+}
 inline constexpr std::size_t shm_record_header = sizeof(shm_record_head);
-constexpr std::size_t shm_round16(std::size_t n) noexcept {
-    return (n + 15) & ~std::size_t{15};
+/// Records start on 32-byte boundaries, so a skip record's header always fits at the end.
+constexpr std::size_t shm_round_record(std::size_t n) noexcept {
+    return (n + 31) & ~std::size_t{31};
 }
 }  // namespace detail
 
@@ -119,13 +139,11 @@ public:
         if (!readable()) return std::nullopt;  // the idle poll: inline, no call
         return peek_published();
     }
-    /// True when a record (or skip record) is published past our position. Reads the
-    /// producer's line only once the records seen before are consumed.
+    /// True when a record (or skip record) is published at our position: its mark says so,
+    /// in the line the record itself is read from.
     bool readable() noexcept {
         const std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
-        if (head != _seen_tail) return true;
-        _seen_tail = _h->tail.load(std::memory_order_acquire);
-        return head != _seen_tail;
+        return detail::shm_load_mark(data() + (head & (_cap - 1))) == detail::shm_mark(head);
     }
     /// True once peek() met a record that cannot be (outside the ring, past the tail,
     /// a chunk over max_chunk()): the producer wrote garbage; the ring is not read further.
@@ -150,20 +168,17 @@ private:
         const std::uint64_t cap = _cap;
         std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
         for (;;) {
-            // The producer's position as last read covers every record before it; the shared
-            // line is read again only once those are consumed.
-            if (head == _seen_tail) {
-                _seen_tail = _h->tail.load(std::memory_order_acquire);
-                if (head == _seen_tail) return std::nullopt;
-            }
             const std::uint64_t off = head & (cap - 1);
+            // Published when its mark names this position (acquire: the rest of the record,
+            // written before the mark, is visible after it).
+            if (detail::shm_load_mark(data() + off) != detail::shm_mark(head)) return std::nullopt;
             detail::shm_record_head r;
             std::memcpy(&r, data() + off, sizeof r);
-            // The header comes from another process: a record must lie inside the ring and
-            // before the published tail, and a data chunk within max_chunk().
-            const std::size_t rec = detail::shm_record_header + detail::shm_round16(r.chunk);
-            if (rec > cap - off || head + rec > _seen_tail ||
-                (!(r.flags & shm_flags::skip) && r.chunk > max_chunk())) [[unlikely]] {
+            // The header comes from another process: a record must lie inside the ring and a
+            // data chunk within max_chunk().
+            const std::size_t rec = detail::shm_record_header + detail::shm_round_record(r.chunk);
+            if (rec > cap - off || (!(r.flags & shm_flags::skip) && r.chunk > max_chunk()))
+                [[unlikely]] {
                 _corrupt = true;
                 return std::nullopt;
             }
@@ -185,7 +200,6 @@ private:
     std::size_t _map_bytes = 0;
     std::uint64_t _cap = 0;              // _h->capacity, checked when mapped; read on every record
     std::uint64_t _seen_head = 0;        // producer: the consumer's head when last read (<= head)
-    std::uint64_t _seen_tail = 0;        // consumer: the producer's tail when last read (<= tail)
     std::uint64_t _pending_advance = 0;  // consumer: size of the record peek() returned
     bool _linked = false;
     bool _corrupt = false;
