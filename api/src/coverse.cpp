@@ -109,10 +109,10 @@ void message_stream::push(void* msg) {
     if (auto* w = _waiters.pop_front()) {
         auto* r = static_cast<receive_awaiter*>(w);
         r->_msg = msg;  // handed over with the wake-up
-        // Called by the dispatch loop's own handler call (not nested in another handler,
-        // not in nested progress): the receiving task runs now, as a handler would. Else it
-        // runs from the ready queue, after whatever the caller still does (which may stop
-        // it: it then gives the message back).
+        // Called by the outermost handler call (not nested in another handler): the
+        // receiving task runs now, as a handler would. Else it runs from the ready queue,
+        // after whatever the caller still does (which may stop it: it then gives the
+        // message back).
         if (_machine->_core->resume_inline_ok())
             r->resume_now();
         else

@@ -293,16 +293,13 @@ int pe_core::schedule(int max_msgs, bool poll_only) {
             }
             // A coroutine stream's handler resumes the task waiting for the message inline
             // (resume_inline_ok), unless this loop runs inside another handler.
-            {
-                const top_call mark(*this);
-                call_handler(msg);
-            }
+            call_handler(msg);
             ++delivered;
             // The handler's sends over connections leave now, together (its ring sends
             // went already); then a task it woke otherwise (an event, a semaphore) runs too,
             // before the loop looks for the next message.
             if (_mesh) _mesh->flush();
-            if (!_deliveries_held) _sched->run_ready_now();
+            _sched->run_ready_now();
             continue;
         }
         if (poll_only) break;

@@ -239,11 +239,10 @@ public:
     /// deliveries until its entry coroutine has started (its first statements register the
     /// streams), as ConverseInit calls the start function before its scheduler loop.
     void hold_deliveries(bool held) noexcept { _deliveries_held = held; }
-    /// True while the dispatch loop (schedule) calls a handler that is not nested in another
-    /// one: a coroutine stream may then resume the task it hands the message to, inline.
-    bool resume_inline_ok() const noexcept {
-        return _top_handler_call && _sched->delivery_depth() == 1;
-    }
+    /// True while the outermost handler call runs (not one nested in another handler through
+    /// CmiDeliverMsgs or CmiDeliverSpecificMsg): a coroutine stream may then resume the task it
+    /// hands the message to, inline, as that handler would run.
+    bool resume_inline_ok() const noexcept { return _sched->delivery_depth() == 1; }
     bool enqueue(void* msg, int strategy, int priobits, const void* prio);
     std::size_t queue_length() const noexcept { return _sched_queue.size(); }
     int deliver_network(int max_msgs);
@@ -530,18 +529,6 @@ private:
     priority_queue_cqs _sched_queue;
     bool _exit_requested = false;
     bool _deliveries_held = false;
-    bool _top_handler_call = false;  // see resume_inline_ok
-    // schedule()'s own handler call; a loop running inside a handler does not count.
-    struct top_call {
-        explicit top_call(pe_core& c) noexcept : _c(c), _was(c._top_handler_call) {
-            c._top_handler_call = !c._sched->in_delivery();
-        }
-        ~top_call() { _c._top_handler_call = _was; }
-        top_call(const top_call&) = delete;
-        top_call& operator=(const top_call&) = delete;
-        pe_core& _c;
-        bool _was;
-    };
     bool _idle = false;
 
     std::uint32_t _barrier_epoch = 0;

@@ -705,7 +705,7 @@ int mesh::post(std::uint32_t pe, const frame_header& header, std::span<const std
 // leave together when it returns (TCP's small-message latency without a system call per
 // frame of a window). What a socket does not take is left to its writer, already woken,
 // with how much of its first frame went.
-void mesh::flush() noexcept {
+void mesh::flush_queued() noexcept {
     for (std::size_t i = 0; i < _flush.size(); ++i) {  // a callback may post (and append)
         connection* c = _flush[i];
         c->flush_pending = false;

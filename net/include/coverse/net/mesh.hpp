@@ -165,7 +165,9 @@ public:
     /// (they were woken anyway; what a socket does not take stays theirs). Callbacks of the
     /// frames that went run here. For a caller at the end of a unit of work — the machine
     /// core after each handler — so that its sends leave together, at once.
-    void flush() noexcept;
+    void flush() noexcept {
+        if (!_flush.empty()) flush_queued();  // the usual case after a handler: nothing
+    }
 
     /// The next received frame, in order per peer; nullopt once every peer has
     /// disconnected and everything received was handed out. Throws mesh_error once a peer
@@ -260,6 +262,7 @@ private:
     void stamp_credits(const connection* c, outgoing* o) noexcept;
     /// Appends what is left to send of a frame (header, payload) to a gather; its bytes.
     static std::size_t add_parts(const outgoing* o, std::vector<std::span<const std::byte>>& parts);
+    void flush_queued() noexcept;
     std::vector<connection*> _flush;  // connections post() queued on while their writer idled
     std::vector<std::span<const std::byte>> _flush_parts;
     task<void> reader(connection* c);
