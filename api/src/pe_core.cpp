@@ -645,7 +645,8 @@ void pe_core::shutdown() {
             print("coverse: PE " + std::to_string(_pe) + " eager: " + std::to_string(e.sends) +
                       " sent, " + std::to_string(e.receives) + " received, " +
                       std::to_string(e.opened) + " channels opened, " + std::to_string(e.refused) +
-                      " refused, " + std::to_string(e.no_credit) + " sends without a credit, " +
+                      " refused, " + std::to_string(e.retired) + " retired unused, " +
+                      std::to_string(e.no_credit) + " sends without a credit, " +
                       std::to_string(e.order_waits) + " kept on the ring for order, " +
                       std::to_string(e.bad_footers) + " bad footers" +
                       (e.put_sends || e.put_receives

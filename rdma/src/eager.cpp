@@ -39,13 +39,6 @@ namespace {
 
 constexpr std::uint32_t unattached = 0xFFFF'FFFFu;  // a receiver-initiated channel's sender
 
-std::uint64_t coarse_now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
-           static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 std::string segment_name(std::uint64_t key, std::uint32_t receiver, std::uint32_t channel) {
     return pe_shm_prefix(key, receiver) + "eager-" + std::to_string(channel);
 }
@@ -230,8 +223,8 @@ bool layer::impl::eager_poll() {
             c.seg.header().delivered.store(++c.delivered, std::memory_order_release);
             ++eager.receives;
             did = true;
+            c.used = true;
         }
-        if (did) c.last_use_ns = eager.poll_now_ns;
     }
     return did;
 }
@@ -271,11 +264,7 @@ bool layer::impl::eager_pending() const noexcept {
 // Adaptive set-up, at the receiver: a sender busy on the ring gets a short channel.
 void layer::impl::eager_note_stream_message(std::uint32_t from) {
     peer& p = peers[from];
-    const bool rings = p.in_ring && p.out_ring;
-    // Not before the pair is set up (layer.hpp): which path it takes back is not known yet.
-    if (!cfg.eager || !p.ready || p.eager_in || p.tcp_in || p.put_in || p.eager_refused ||
-        (!rings && !mesh))
-        return;
+    if (!cfg.eager || p.eager_in || p.tcp_in || p.put_in || p.eager_refused || p.eager_due) return;
     // Counted per message, timed per EAGER_THRESHOLD messages (a clock read on every ring
     // message cost the receiver ~60 instructions of its ~700): the window is busy when its
     // THRESHOLD-th message came within INTERVAL of its first; else a new window starts.
@@ -285,9 +274,25 @@ void layer::impl::eager_note_stream_message(std::uint32_t from) {
         p.window_count = 0;  // too slow: the next message starts a new window
         return;
     }
+    p.window_count = 0;
+    if (!p.ready) {
+        // Ring messages can come before the connection brings the sender's verdict: which
+        // path the channel takes is not known yet. It opens when the set-up completes
+        // (setup_check), not on some later message that may never come.
+        p.eager_due = true;
+        return;
+    }
+    eager_open_short(from);
+}
+
+void layer::impl::eager_open_short(std::uint32_t from) {
+    peer& p = peers[from];
+    p.eager_due = false;
+    if (p.eager_in || p.tcp_in || p.put_in || p.eager_refused) return;
+    const bool rings = p.in_ring && p.out_ring;
+    if (!rings && !mesh) return;
     // Counted once per EAGER_THRESHOLD messages, not on every message once a full pollset
     // has turned the sender away.
-    p.window_count = 0;
     std::size_t shorts = 0;
     for (const auto& c : eager.polled)
         shorts += c->kind == eager_kind::short_slots && !c->done;
@@ -347,20 +352,41 @@ eager_rx* layer::impl::eager_find_rx(std::uint32_t from, std::uint32_t id) noexc
 }
 
 // Idle short channels retire so their slots and the poller's time go to busier senders.
-void layer::impl::eager_retire_idle() {
-    // The clock is read on every 64th poll only: a spinning loop polls every few tens of ns,
-    // and idleness is judged in units of 100 ms. (A stale poll_now_ns only makes last_use_ns
-    // older; the sweep below always follows a fresh read.)
-    if ((eager.clock_polls++ & 63) != 0) return;
+std::uint64_t layer::impl::coarse_now_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+           static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+bool layer::impl::eager_clock_tick() noexcept {
+    // Read on every 64th poll only: a spinning loop polls every few tens of ns, and
+    // idleness is judged in units of 100 ms.
+    if ((eager.clock_polls++ & 63) != 0) return false;
     eager.poll_now_ns = coarse_now_ns();
-    if (eager.poll_now_ns < eager.next_sweep_ns) return;
+    return true;
+}
+
+bool layer::impl::eager_unused(bool& used, std::uint64_t& last_use_ns) const noexcept {
+    // Taking a message only sets `used`; the time is the sweep's fresh read. (A time stored
+    // at the take would be the last tick's, which after the loop slept is as old as the
+    // sleep: a channel used a moment ago would retire as idle.)
+    if (std::exchange(used, false)) {
+        last_use_ns = eager.poll_now_ns;
+        return false;
+    }
+    return eager.poll_now_ns - last_use_ns >
+           std::max<std::uint64_t>(10 * cfg.eager_interval_ns, 100'000'000);
+}
+
+void layer::impl::eager_retire_idle() {
+    if (!eager_clock_tick() || eager.poll_now_ns < eager.next_sweep_ns) return;
     eager.next_sweep_ns = eager.poll_now_ns + cfg.eager_interval_ns;
-    const std::uint64_t idle_after =
-        std::max<std::uint64_t>(10 * cfg.eager_interval_ns, 100'000'000);
     for (auto& c : eager.polled) {
         if (c->kind == eager_kind::short_slots && !c->closing && !c->done &&
-            eager.poll_now_ns - c->last_use_ns > idle_after) {
+            eager_unused(c->used, c->last_use_ns)) {
             c->closing = true;
+            ++eager.retired;
             net::eager_channel_payload close;
             close.action = net::eager_action::close;
             close.kind = static_cast<std::uint32_t>(c->kind);
@@ -637,6 +663,7 @@ layer::eager_counters layer::eager_stats() const noexcept {
     c.gate_waits = m.eager.gate_waits;
     c.opened = m.eager.opened;
     c.refused = m.eager.refused;
+    c.retired = m.eager.retired;
     c.bad_footers = m.eager.bad_footers;
     for (const auto& r : m.eager.polled)
         if (!r->done) ++c.polled;

@@ -50,12 +50,6 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-std::uint64_t now_ns() noexcept {
-    return static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch())
-            .count());
-}
-
 std::size_t page_round(std::size_t n) noexcept {
     return (n + 4095) / 4096 * 4096;
 }
@@ -159,7 +153,7 @@ bool layer::impl::put_open(std::uint32_t from) {
     c->credit_due = [](void* m, put_rx& r) noexcept {
         static_cast<impl*>(m)->tcp_return_credits(r);
     };
-    c->last_use_ns = now_ns();
+    c->last_use_ns = coarse_now_ns();
     net::eager_put_open_payload o;
     o.channel = c->id;
     o.slots = c->slots;
@@ -230,7 +224,7 @@ bool layer::impl::put_take(put_rx& c) {
         did = true;
         deliver(c.from, msg, size, false, 0);
     }
-    if (did) c.last_use_ns = eager.put_now_ns;
+    c.used |= did;
     return did;
 }
 
@@ -506,18 +500,16 @@ bool layer::impl::put_try_sleep() const noexcept {
 }
 
 void layer::impl::put_retire_idle() {
-    // The clock on every 64th poll only, as for the shared-memory channels (eager.cpp).
-    if ((eager.put_polls++ & 63) != 0) return;
-    eager.put_now_ns = now_ns();
+    // The shared-memory channels' clock (eager_clock_tick), on every 64th poll only.
+    if (!eager_clock_tick()) return;
     eager.put_finished.clear();  // not inside a completion of theirs: the poller's own turn
     std::erase_if(eager.put_draining,
                   [](const std::unique_ptr<put_rx>& c) { return c->held == 0; });
-    const std::uint64_t idle_after =
-        std::max<std::uint64_t>(10 * cfg.eager_interval_ns, 100'000'000);
     for (const std::uint32_t pe : eager.put_sources) {
         put_rx& c = *peers[pe].put_in;
-        if (c.closing || eager.put_now_ns - c.last_use_ns <= idle_after) continue;
+        if (c.closing || !eager_unused(c.used, c.last_use_ns)) continue;
         c.closing = true;
+        ++eager.retired;
         put_tell(pe, net::eager_action::close, c.id);
     }
 }

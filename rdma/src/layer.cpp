@@ -177,6 +177,7 @@ void layer::impl::setup_check(std::uint32_t p) {
     q.sendable = true;
     for (const auto& r : std::exchange(q.early_requests, {}))
         on_persistent_request(p, r);
+    if (q.eager_due) eager_open_short(p);
     if (q.ready_event) q.ready_event->set();
     shm_update_rings_only();
     if (!refusals.empty() && !refusals_said) {

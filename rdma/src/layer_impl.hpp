@@ -63,12 +63,13 @@ struct eager_rx final : alloc::chunk_owner {
     eager_segment seg;
     std::uint16_t next_seq = 0;
     std::uint64_t delivered = 0;
-    std::uint32_t guess = 0;  // the slot the next message most likely sits in
-    std::uint32_t held = 0;   // slots handed to handlers and not freed yet
-    bool closing = false;     // we asked the sender to stop
-    bool done = false;        // the sender stopped: no more polling; reaped once held == 0
-    std::uint64_t last_use_ns = 0;
-    std::uint32_t handle = 0;  // the sender's persistent handle, if any
+    std::uint32_t guess = 0;        // the slot the next message most likely sits in
+    std::uint32_t held = 0;         // slots handed to handlers and not freed yet
+    bool closing = false;           // we asked the sender to stop
+    bool done = false;              // the sender stopped: no more polling; reaped once held == 0
+    bool used = false;              // took a message since the last idle sweep (eager_unused)
+    std::uint64_t last_use_ns = 0;  // the sweep that last saw it used, or its creation
+    std::uint32_t handle = 0;       // the sender's persistent handle, if any
 
     /// A handler freed a slot's message: the slot is free, its credit back with the sender.
     void take_back(void* storage, std::size_t) noexcept override;
@@ -142,16 +143,17 @@ struct put_rx final : alloc::chunk_owner, owed_credits {
     std::byte* mem = nullptr;  // slots x stride, page-aligned
     std::size_t bytes = 0;
     provider* prov = nullptr;
-    registered reg;              // the slots as the sender's provider names them
-    bool wakes = false;          // a put arrives as frames, which wake a sleeping loop (tcp)
-    std::uint32_t next = 0;      // messages taken: the next one is in slot next % slots
-    std::uint32_t returned = 0;  // messages whose slot went back as a credit, in slot order
-    std::uint32_t held = 0;      // slots handed to handlers and not freed yet
-    bool closing = false;        // we asked the sender to stop (idle, or a bad footer)
-    bool stopped = false;        // a bad footer: nothing more is taken from it
-    bool done = false;           // the sender stopped (closed) or died: no more puts come
-    std::uint64_t last_use_ns = 0;
-    std::uint64_t suspect = 0;  // a bad word seen once: bad only if the next look sees it again
+    registered reg;                 // the slots as the sender's provider names them
+    bool wakes = false;             // a put arrives as frames, which wake a sleeping loop (tcp)
+    std::uint32_t next = 0;         // messages taken: the next one is in slot next % slots
+    std::uint32_t returned = 0;     // messages whose slot went back as a credit, in slot order
+    std::uint32_t held = 0;         // slots handed to handlers and not freed yet
+    bool closing = false;           // we asked the sender to stop (idle, or a bad footer)
+    bool stopped = false;           // a bad footer: nothing more is taken from it
+    bool done = false;              // the sender stopped (closed) or died: no more puts come
+    bool used = false;              // took a message since the last idle sweep (eager_unused)
+    std::uint64_t last_use_ns = 0;  // the sweep that last saw it used, or its creation
+    std::uint64_t suspect = 0;      // a bad word seen once: bad only if the next look sees it again
     bool suspecting = false;
     // The layer, told of freed slots (null once it closed), and how (eager_put.cpp).
     void* ctx = nullptr;
@@ -267,6 +269,7 @@ struct peer {
     std::vector<net::persistent_request_payload> early_requests;
     std::uint64_t window_start_ns = 0;
     std::uint32_t window_count = 0;
+    bool eager_due = false;  // a busy window filled before the set-up completed
 };
 
 /// Every eager channel of this PE (eager.cpp).
@@ -278,15 +281,13 @@ struct eager_state {
     std::vector<std::uint32_t> current;  // CmiUsePersistentHandle's handles
     std::uint32_t next_id = 1, next_handle = 1;
     std::uint64_t poll_now_ns = 0, next_sweep_ns = 0;
-    std::uint32_t clock_polls = 0;  // eager_retire_idle reads the clock every 64th poll
+    std::uint32_t clock_polls = 0;  // eager_clock_tick reads the clock every 64th poll
     std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
-                  bad_footers = 0, gate_waits = 0;
+                  bad_footers = 0, gate_waits = 0, retired = 0;
     // Channels written by put (eager_put.cpp).
     std::vector<std::uint32_t> put_sources;             // peers whose put_in we poll
     std::vector<std::unique_ptr<put_rx>> put_draining;  // done, slots still held
     std::vector<std::unique_ptr<put_tx>> put_finished;  // closed; freed at the next poll
-    std::uint64_t put_now_ns = 0;
-    std::uint32_t put_polls = 0;
     std::uint64_t put_sends = 0, put_receives = 0, put_waits = 0;
 };
 
@@ -440,11 +441,20 @@ struct layer::impl {
     /// The notice for a bad footer in `from`'s channel (shared memory or put).
     void note_bad_footer(std::uint32_t from, std::uint32_t slot, const eager_footer_error& e);
     void eager_note_stream_message(std::uint32_t from);
+    /// Opens a short channel for `from`'s messages (shared memory, put or frames), unless
+    /// one is open, it was refused, or the pollset is full.
+    void eager_open_short(std::uint32_t from);
     eager_rx* eager_create(std::uint32_t from, eager_kind kind, std::uint32_t slots,
                            std::uint32_t capacity);
     void eager_announce(eager_rx& c, std::uint32_t handle);
     eager_rx* eager_find_rx(std::uint32_t from, std::uint32_t id) noexcept;
     void eager_retire_idle();
+    /// The eager channels' idle clock (both pollers): true on the polls that read it into
+    /// eager.poll_now_ns. eager_unused, at such a poll: whether a channel (its `used` flag and
+    /// `last_use_ns`) took no message for longer than a channel stays open unused.
+    bool eager_clock_tick() noexcept;
+    bool eager_unused(bool& used, std::uint64_t& last_use_ns) const noexcept;
+    static std::uint64_t coarse_now_ns() noexcept;
     void on_eager_channel(std::uint32_t from, const net::eager_channel_payload& f);
     void on_persistent_request(std::uint32_t from, const net::persistent_request_payload& r);
     void eager_persistent_refused(std::uint32_t handle);

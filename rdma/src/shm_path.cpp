@@ -212,8 +212,10 @@ bool layer::impl::ring_poll() {
     ++ring_polls;
     bool did = false;
     if (!eager.polled.empty()) {
-        eager_retire_idle();
+        // Taken before the sweep: after the loop was away (a long handler, a sleep), what
+        // came meanwhile marks its channel used, and the sweep does not retire it.
         did |= eager_poll();
+        eager_retire_idle();
     }
     if (ring_queued) [[unlikely]]
         for (std::uint32_t p = 0; p < peers.size(); ++p)

@@ -212,6 +212,7 @@ public:
         std::uint64_t order_waits = 0;  // the ring still carried earlier messages
         std::uint64_t gate_waits = 0;   // a send waited for a full channel to drain (ring next)
         std::uint64_t opened = 0, refused = 0, bad_footers = 0;
+        std::uint64_t retired = 0;            // short channels closed because they went unused
         std::size_t polled = 0, writing = 0;  // channels open now, each way
         std::uint64_t credit_frames = 0;      // explicit credit returns (connections)
         std::uint64_t credits_back = 0;       // credits our receivers returned (connections)
