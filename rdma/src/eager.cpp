@@ -223,7 +223,7 @@ bool layer::impl::eager_poll() {
             c.seg.header().delivered.store(++c.delivered, std::memory_order_release);
             ++eager.receives;
             did = true;
-            c.used = true;
+            c.use.used = true;
         }
     }
     return did;
@@ -287,8 +287,9 @@ void layer::impl::eager_note_stream_message(std::uint32_t from) {
 
 void layer::impl::eager_open_short(std::uint32_t from) {
     peer& p = peers[from];
+    // No channel of any kind, and not refused: eager_note_stream_message saw to that, and
+    // nothing opens one before the set-up completes (an eager_due peer).
     p.eager_due = false;
-    if (p.eager_in || p.tcp_in || p.put_in || p.eager_refused) return;
     const bool rings = p.in_ring && p.out_ring;
     if (!rings && !mesh) return;
     // Counted once per EAGER_THRESHOLD messages, not on every message once a full pollset
@@ -322,7 +323,7 @@ eager_rx* layer::impl::eager_create(std::uint32_t from, eager_kind kind, std::ui
             eager_segment::create(segment_name(cfg.job_key, cfg.rank, id), kind, slots, capacity);
         eager.polled.push_back(std::make_unique<eager_rx>(id, from, kind, std::move(seg)));
         eager_rx* c = eager.polled.back().get();
-        c->last_use_ns = coarse_now_ns();
+        c->use.seen_ns = coarse_now_ns();
         ++eager.opened;
         return c;
     } catch (const std::exception& e) {
@@ -359,32 +360,30 @@ std::uint64_t layer::impl::coarse_now_ns() noexcept {
            static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-bool layer::impl::eager_clock_tick() noexcept {
+std::uint64_t layer::impl::eager_clock_tick(std::uint32_t& polls) noexcept {
     // Read on every 64th poll only: a spinning loop polls every few tens of ns, and
     // idleness is judged in units of 100 ms.
-    if ((eager.clock_polls++ & 63) != 0) return false;
-    eager.poll_now_ns = coarse_now_ns();
-    return true;
+    return (polls++ & 63) == 0 ? coarse_now_ns() : 0;
 }
 
-bool layer::impl::eager_unused(bool& used, std::uint64_t& last_use_ns) const noexcept {
-    // Taking a message only sets `used`; the time is the sweep's fresh read. (A time stored
-    // at the take would be the last tick's, which after the loop slept is as old as the
-    // sleep: a channel used a moment ago would retire as idle.)
-    if (std::exchange(used, false)) {
-        last_use_ns = eager.poll_now_ns;
+bool layer::impl::eager_unused(use_mark& use, std::uint64_t now) const noexcept {
+    // The time is the sweep's fresh read, not one stored at the take: that would be the last
+    // tick's, which after the loop slept is as old as the sleep, and a channel used a moment
+    // ago would retire as idle.
+    if (std::exchange(use.used, false)) {
+        use.seen_ns = now;
         return false;
     }
-    return eager.poll_now_ns - last_use_ns >
-           std::max<std::uint64_t>(10 * cfg.eager_interval_ns, 100'000'000);
+    return now - use.seen_ns > std::max<std::uint64_t>(10 * cfg.eager_interval_ns, 100'000'000);
 }
 
 void layer::impl::eager_retire_idle() {
-    if (!eager_clock_tick() || eager.poll_now_ns < eager.next_sweep_ns) return;
-    eager.next_sweep_ns = eager.poll_now_ns + cfg.eager_interval_ns;
+    const std::uint64_t now = eager_clock_tick(eager.ring_sweep_polls);
+    if (now == 0 || now < eager.next_sweep_ns) return;
+    eager.next_sweep_ns = now + cfg.eager_interval_ns;
     for (auto& c : eager.polled) {
         if (c->kind == eager_kind::short_slots && !c->closing && !c->done &&
-            eager_unused(c->used, c->last_use_ns)) {
+            eager_unused(c->use, now)) {
             c->closing = true;
             ++eager.retired;
             net::eager_channel_payload close;

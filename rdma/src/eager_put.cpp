@@ -153,7 +153,7 @@ bool layer::impl::put_open(std::uint32_t from) {
     c->credit_due = [](void* m, put_rx& r) noexcept {
         static_cast<impl*>(m)->tcp_return_credits(r);
     };
-    c->last_use_ns = coarse_now_ns();
+    c->use.seen_ns = coarse_now_ns();
     net::eager_put_open_payload o;
     o.channel = c->id;
     o.slots = c->slots;
@@ -224,7 +224,7 @@ bool layer::impl::put_take(put_rx& c) {
         did = true;
         deliver(c.from, msg, size, false, 0);
     }
-    c.used |= did;
+    c.use.used |= did;
     return did;
 }
 
@@ -500,14 +500,14 @@ bool layer::impl::put_try_sleep() const noexcept {
 }
 
 void layer::impl::put_retire_idle() {
-    // The shared-memory channels' clock (eager_clock_tick), on every 64th poll only.
-    if (!eager_clock_tick()) return;
+    const std::uint64_t now = eager_clock_tick(eager.put_sweep_polls);
+    if (now == 0) return;
     eager.put_finished.clear();  // not inside a completion of theirs: the poller's own turn
     std::erase_if(eager.put_draining,
                   [](const std::unique_ptr<put_rx>& c) { return c->held == 0; });
     for (const std::uint32_t pe : eager.put_sources) {
         put_rx& c = *peers[pe].put_in;
-        if (c.closing || !eager_unused(c.used, c.last_use_ns)) continue;
+        if (c.closing || !eager_unused(c.use, now)) continue;
         c.closing = true;
         ++eager.retired;
         put_tell(pe, net::eager_action::close, c.id);

@@ -54,6 +54,13 @@ struct ring_out {
 
 // ---- the receiver's side --------------------------------------------------------------
 
+/// A short channel's use as the idle sweeps judge it (layer::impl::eager_unused): taking a
+/// message only sets `used`, and the sweep dates it with its own clock read.
+struct use_mark {
+    bool used = false;          // took a message since the last sweep
+    std::uint64_t seen_ns = 0;  // the sweep that last saw it used, or the channel's creation
+};
+
 struct eager_rx final : alloc::chunk_owner {
     eager_rx(std::uint32_t id, std::uint32_t from, eager_kind kind, eager_segment seg)
         : id(id), from(from), kind(kind), seg(std::move(seg)) {}
@@ -63,13 +70,12 @@ struct eager_rx final : alloc::chunk_owner {
     eager_segment seg;
     std::uint16_t next_seq = 0;
     std::uint64_t delivered = 0;
-    std::uint32_t guess = 0;        // the slot the next message most likely sits in
-    std::uint32_t held = 0;         // slots handed to handlers and not freed yet
-    bool closing = false;           // we asked the sender to stop
-    bool done = false;              // the sender stopped: no more polling; reaped once held == 0
-    bool used = false;              // took a message since the last idle sweep (eager_unused)
-    std::uint64_t last_use_ns = 0;  // the sweep that last saw it used, or its creation
-    std::uint32_t handle = 0;       // the sender's persistent handle, if any
+    std::uint32_t guess = 0;  // the slot the next message most likely sits in
+    std::uint32_t held = 0;   // slots handed to handlers and not freed yet
+    bool closing = false;     // we asked the sender to stop
+    bool done = false;        // the sender stopped: no more polling; reaped once held == 0
+    use_mark use;
+    std::uint32_t handle = 0;  // the sender's persistent handle, if any
 
     /// A handler freed a slot's message: the slot is free, its credit back with the sender.
     void take_back(void* storage, std::size_t) noexcept override;
@@ -143,17 +149,16 @@ struct put_rx final : alloc::chunk_owner, owed_credits {
     std::byte* mem = nullptr;  // slots x stride, page-aligned
     std::size_t bytes = 0;
     provider* prov = nullptr;
-    registered reg;                 // the slots as the sender's provider names them
-    bool wakes = false;             // a put arrives as frames, which wake a sleeping loop (tcp)
-    std::uint32_t next = 0;         // messages taken: the next one is in slot next % slots
-    std::uint32_t returned = 0;     // messages whose slot went back as a credit, in slot order
-    std::uint32_t held = 0;         // slots handed to handlers and not freed yet
-    bool closing = false;           // we asked the sender to stop (idle, or a bad footer)
-    bool stopped = false;           // a bad footer: nothing more is taken from it
-    bool done = false;              // the sender stopped (closed) or died: no more puts come
-    bool used = false;              // took a message since the last idle sweep (eager_unused)
-    std::uint64_t last_use_ns = 0;  // the sweep that last saw it used, or its creation
-    std::uint64_t suspect = 0;      // a bad word seen once: bad only if the next look sees it again
+    registered reg;              // the slots as the sender's provider names them
+    bool wakes = false;          // a put arrives as frames, which wake a sleeping loop (tcp)
+    std::uint32_t next = 0;      // messages taken: the next one is in slot next % slots
+    std::uint32_t returned = 0;  // messages whose slot went back as a credit, in slot order
+    std::uint32_t held = 0;      // slots handed to handlers and not freed yet
+    bool closing = false;        // we asked the sender to stop (idle, or a bad footer)
+    bool stopped = false;        // a bad footer: nothing more is taken from it
+    bool done = false;           // the sender stopped (closed) or died: no more puts come
+    use_mark use;
+    std::uint64_t suspect = 0;  // a bad word seen once: bad only if the next look sees it again
     bool suspecting = false;
     // The layer, told of freed slots (null once it closed), and how (eager_put.cpp).
     void* ctx = nullptr;
@@ -280,8 +285,10 @@ struct eager_state {
     std::unordered_map<std::uint32_t, persistent_out> persistent;  // our handles, by id
     std::vector<std::uint32_t> current;  // CmiUsePersistentHandle's handles
     std::uint32_t next_id = 1, next_handle = 1;
-    std::uint64_t poll_now_ns = 0, next_sweep_ns = 0;
-    std::uint32_t clock_polls = 0;  // eager_clock_tick reads the clock every 64th poll
+    std::uint64_t next_sweep_ns = 0;
+    // Each sweep's polls (eager_clock_tick): one count per poller, since a count both
+    // advanced would give every 64th poll to whichever poller runs at those parities.
+    std::uint32_t ring_sweep_polls = 0, put_sweep_polls = 0;
     std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
                   bad_footers = 0, gate_waits = 0, retired = 0;
     // Channels written by put (eager_put.cpp).
@@ -449,11 +456,11 @@ struct layer::impl {
     void eager_announce(eager_rx& c, std::uint32_t handle);
     eager_rx* eager_find_rx(std::uint32_t from, std::uint32_t id) noexcept;
     void eager_retire_idle();
-    /// The eager channels' idle clock (both pollers): true on the polls that read it into
-    /// eager.poll_now_ns. eager_unused, at such a poll: whether a channel (its `used` flag and
-    /// `last_use_ns`) took no message for longer than a channel stays open unused.
-    bool eager_clock_tick() noexcept;
-    bool eager_unused(bool& used, std::uint64_t& last_use_ns) const noexcept;
+    /// The idle sweeps' clock: the time on every 64th of a poller's polls (`polls`, its
+    /// count), else 0. eager_unused, at such a time: whether a channel took no message for
+    /// longer than a channel stays open unused.
+    static std::uint64_t eager_clock_tick(std::uint32_t& polls) noexcept;
+    bool eager_unused(use_mark& use, std::uint64_t now) const noexcept;
     static std::uint64_t coarse_now_ns() noexcept;
     void on_eager_channel(std::uint32_t from, const net::eager_channel_payload& f);
     void on_persistent_request(std::uint32_t from, const net::persistent_request_payload& r);

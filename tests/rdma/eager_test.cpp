@@ -217,24 +217,34 @@ int send_paced(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes)
 // Takes messages begin..end-1 as they come, checks each against sizes[k] and seed k, and
 // frees them `batch` at a time in reverse order (batch 1: at once). Returns 0 or the failing
 // check.
+// Takes the next message, which must be the `seed`-th of `size` bytes: 0 (it is freed, or
+// kept in *keep), 20 (it never came) or 21 (it came wrong).
+int take_one(node& n, std::size_t size, std::size_t seed, void** keep = nullptr) {
+    if (!n.wait_messages(1, 60s)) {
+        std::fprintf(stderr, "PE %u: message %zu never came\n", n.rank, seed);
+        return 20;
+    }
+    const arrived a = n.inbox.front();
+    n.inbox.pop_front();
+    const bool good = a.size == size && check(a.msg, a.size, seed);
+    if (!good)
+        std::fprintf(stderr, "PE %u: message %zu (%zu bytes) came as %u bytes or wrong\n", n.rank,
+                     seed, size, a.size);
+    if (good && keep)
+        *keep = a.msg;
+    else
+        alloc::msg_free(a.msg);
+    return good ? 0 : 21;
+}
+
 int receive_checked(node& n, const std::vector<std::size_t>& sizes, std::size_t batch,
                     std::size_t begin = 0, std::size_t end = SIZE_MAX) {
     end = std::min(end, sizes.size());
     std::vector<void*> held;
     for (std::size_t k = begin; k < end; ++k) {
-        if (!n.wait_messages(1, 60s)) {
-            std::fprintf(stderr, "PE %u: message %zu never came\n", n.rank, k);
-            return 20;
-        }
-        const arrived a = n.inbox.front();
-        n.inbox.pop_front();
-        if (a.size != sizes[k] || !check(a.msg, a.size, k)) {
-            std::fprintf(stderr, "PE %u: message %zu (%zu bytes) came as %u bytes or wrong\n",
-                         n.rank, k, sizes[k], a.size);
-            alloc::msg_free(a.msg);
-            return 21;
-        }
-        held.push_back(a.msg);
+        void* msg = nullptr;
+        if (const int rc = take_one(n, sizes[k], k, &msg)) return rc;
+        held.push_back(msg);
         if (held.size() == batch || k + 1 == end) {
             for (auto it = held.rbegin(); it != held.rend(); ++it)
                 alloc::msg_free(*it);
@@ -462,22 +472,6 @@ int send_one(node& n, std::uint32_t to, std::size_t size, std::size_t seed) {
     const bool sent = n.wait_for([&] { return done.calls > 0; });
     alloc::msg_free(m);
     return !sent ? 11 : done.result != 0 ? 12 : 0;
-}
-
-// Takes the next message, which must be the `seed`-th of `size` bytes. 0, 20 or 21.
-int take_one(node& n, std::size_t size, std::size_t seed) {
-    if (!n.wait_messages(1, 60s)) {
-        std::fprintf(stderr, "PE %u: message %zu never came\n", n.rank, seed);
-        return 20;
-    }
-    const arrived a = n.inbox.front();
-    n.inbox.pop_front();
-    const bool good = a.size == size && check(a.msg, a.size, seed);
-    if (!good)
-        std::fprintf(stderr, "PE %u: message %zu (%zu bytes) came as %u bytes or wrong\n", n.rank,
-                     seed, size, a.size);
-    alloc::msg_free(a.msg);
-    return good ? 0 : 21;
 }
 
 // A short channel that takes no message for 10 intervals retires (the receiver says close,
