@@ -18,7 +18,7 @@
 //   exit        survivors end their entry at once and wait in ConverseExit's exit vote
 //               (CONNECT=lazy), which the victim never joins: they must exit 0 without it
 // The victim (the last PE) dies by raise(SIGKILL) once the survivors are waiting, or, with
-// PEER_LOST_PID_DIR set, writes its pid there and waits for the driver to kill it.
+// PEER_LOST_PID set, writes its pid to PEER_LOST_DIR and waits for the driver to kill it.
 #include <converse.h>
 #include <signal.h>
 #include <unistd.h>
@@ -48,18 +48,30 @@ namespace {
 
 std::string scenario;
 
-// With PEER_LOST_PID_DIR set, the victim writes its pid there and stops (serving nothing)
-// until the driver's kill -9.
-void wait_for_the_driver() {
-    const char* dir = std::getenv("PEER_LOST_PID_DIR");
-    if (!dir) return;
-    const std::string path = std::string(dir) + "/victim.pid";
+// The driver's directory (PEER_LOST_DIR), where the victim leaves files for it and the
+// survivors; "" without one.
+std::string driver_file(const char* name) {
+    const char* dir = std::getenv("PEER_LOST_DIR");
+    return dir ? std::string(dir) + "/" + name : std::string();
+}
+
+// Writes `text` to the driver's file `name` whole (by rename), if there is a driver.
+void tell_the_driver(const char* name, const std::string& text) {
+    const std::string path = driver_file(name);
+    if (path.empty()) return;
     const std::string tmp = path + ".tmp";
     FILE* f = std::fopen(tmp.c_str(), "w");
     EXPECT(f != nullptr, "cannot write %s", tmp.c_str());
-    std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
+    std::fputs(text.c_str(), f);
     std::fclose(f);
     std::rename(tmp.c_str(), path.c_str());
+}
+
+// With PEER_LOST_PID set, the victim writes its pid and stops (serving nothing) until the
+// driver's kill -9.
+void wait_for_the_driver() {
+    if (!std::getenv("PEER_LOST_PID")) return;
+    tell_the_driver("victim.pid", std::to_string(::getpid()) + "\n");
     for (;;)
         ::pause();
 }
@@ -74,8 +86,10 @@ coverse::task<void> die(coverse::machine&) {
 }
 
 // The victim's end, its scheduler blocked: nothing it was sent is served (no rendezvous
-// get, no tcp one-sided request).
+// get, no tcp one-sided request). It says so first (victim.blocked), for survivors that
+// must not send before (see slot).
 void die_without_serving() {
+    tell_the_driver("victim.blocked", "");
     wait_for_the_driver();
     ::usleep(300000);
     ::raise(SIGKILL);
@@ -136,8 +150,21 @@ coverse::task<void> credit(coverse::machine& m, setup s) {
     }
 }
 
+// Until the victim's loop has stopped. Leaving the barrier does not say so: another
+// survivor's rendezvous offer can reach the victim before the barrier's release does, and
+// a victim still in the barrier serves it (its get done, that send completes).
+coverse::task<void> victim_blocked() {
+    const std::string path = driver_file("victim.blocked");
+    EXPECT(!path.empty(), "the slot scenario needs PEER_LOST_DIR (run it by expect_peer_lost.sh)");
+    for (int waited_ms = 0; ::access(path.c_str(), F_OK) != 0; ++waited_ms) {
+        EXPECT(waited_ms < 60000, "the victim did not stop serving within 60 s (%s)", path.c_str());
+        co_await coverse::sleep_for(1ms);
+    }
+}
+
 coverse::task<void> slot(coverse::machine& m, setup s) {
     if (s.is_victim) die_without_serving();
+    co_await victim_blocked();
     std::vector<coverse::task<coverse::or_lost<void>>> sends;
     for (int i = 0; i < 3; ++i) {
         auto msg = coverse::message::allocate(s.notes->handler(), 1 << 20);

@@ -31,10 +31,11 @@ fail() {
 }
 set -- "$run" --verbose -n "$npes" "$prog" "$scenario" "$@"
 [ "$mode" = report ] && set -- "$@" ++set ON_PEER_LOST=report
+# PEER_LOST_DIR: where the victim says it stopped serving (and, with `pid`, its pid).
 if [ "$killer" = pid ]; then
-    PEER_LOST_PID_DIR=$dir "$@" >"$out" 2>&1 </dev/null &
+    PEER_LOST_DIR=$dir PEER_LOST_PID=1 "$@" >"$out" 2>&1 </dev/null &
 else
-    "$@" >"$out" 2>&1 </dev/null &
+    PEER_LOST_DIR=$dir "$@" >"$out" 2>&1 </dev/null &
 fi
 launcher=$!
 if [ "$killer" = pid ]; then
