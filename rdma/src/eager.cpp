@@ -52,10 +52,19 @@ trace::protocol protocol_of(eager_kind k) noexcept {
 
 void eager_rx::take_back(void* storage, std::size_t) noexcept {
     const auto i = seg.slot_of(storage);
-    if (!i) return;  // cannot be: place_message got slot() pointers only
-    seg.footer(*i).store(eager_footer::encode(eager_sentinel::free, 0, 0),
-                         std::memory_order_release);
+    if (!i) return;  // cannot be: place_message got pointers into slots only
+    freed[*i] = 1;
     --held;
+    // The sender writes message k into slot k % slots, so slots come back in send order: a
+    // slot a handler keeps holds back the ones freed after it (their credits wait for it).
+    const std::uint64_t before = released;
+    const std::uint32_t n = seg.slots();
+    while (released < delivered && freed[released % n]) {
+        freed[released % n] = 0;
+        ++released;
+    }
+    // Release: the handler's reads of the slot come before the sender may write it again.
+    if (released != before) seg.header().released.store(released, std::memory_order_release);
     if (trace::enabled())
         trace::emit(trace::kind::credit_returned, from, 1,
                     trace::credit_protocol(protocol_of(kind)));
@@ -116,8 +125,9 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
         // by the ring once the first is taken (wait_for_gate), and the rest of the burst
         // stays there: for small messages the ring's copy costs the receiver less than a
         // slot's footer scan, free and credit (measured: 8 B rate 0.79x with bursts in
-        // the slots).
-        if (!p.eager_out->drained()) return false;
+        // the slots). A ping-pong learns it from the footers of the replies, not by reading
+        // the receiver's counter (a cache line from the other core on every message).
+        if (!p.eager_out->drained_hinted()) return false;
         c = p.eager_out.get();
     }
     if (!c) return false;
@@ -125,26 +135,22 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
         ++eager.order_waits;
         return false;  // the ring still carries earlier messages: stay on it
     }
-    // A credit: a slot the receiver has not handed out or has freed.
-    const std::uint32_t n = c->seg.slots();
-    std::uint32_t slot = n;
-    for (std::uint32_t k = 0; k < n; ++k) {
-        const std::uint32_t i = (c->hint + k) % n;
-        const auto s = static_cast<std::uint16_t>(c->seg.footer(i).load(std::memory_order_acquire));
-        if (s == eager_sentinel::ready || s == eager_sentinel::free) {
-            slot = i;
-            break;
-        }
-    }
-    if (slot == n) {
+    // A credit: the next slot in turn, its previous message freed.
+    if (!c->has_credit()) {
         ++eager.no_credit;
-        return false;  // every slot taken: the stream path carries it (after the channel)
+        return false;  // the next slot is held: the stream path carries it (after the channel)
     }
-    std::memcpy(c->seg.slot(slot) + eager_segment::slot_header, buf, size);
-    c->seg.footer(slot).store(eager_footer::encode(eager_sentinel::data, c->next_seq++, size),
-                              std::memory_order_release);
-    c->seg.header().written.store(++c->written, std::memory_order_release);
-    c->hint = (slot + 1) % n;
+    const std::uint64_t k = c->written;
+    const auto slot = static_cast<std::uint32_t>(k % c->seg.slots());
+    std::memcpy(c->seg.message(slot, size), buf, size);
+    c->seg.footer_word(slot).store(
+        eager_footer::encode(eager_sentinel::data, static_cast<std::uint16_t>(k), size),
+        std::memory_order_relaxed);
+    // The mark last, with release; it carries what we took from dest's channel to us, so its
+    // next send there need not read our counter (drained_hinted).
+    c->seg.footer_mark(slot).store(eager_mark(k, p.eager_in ? p.eager_in->delivered : 0),
+                                   std::memory_order_release);
+    c->written = k + 1;
     p.gate = c;
     ++eager.sends;
     if (trace::enabled())
@@ -177,50 +183,35 @@ bool layer::impl::eager_poll() {
             }
             c.from = s;
         }
-        const std::uint64_t written = c.seg.header().written.load(std::memory_order_acquire);
         // A bounded batch per channel, like the rings, so one sender cannot hold the loop.
-        for (int batch = 0; batch < 64 && c.delivered != written; ++batch) {
-            const std::uint32_t n = c.seg.slots();
-            std::uint32_t found = n, bad = n;
-            eager_footer f;
-            eager_footer_error bad_err;
-            for (std::uint32_t j = 0; j < n; ++j) {
-                const std::uint32_t i = (c.guess + j) % n;
-                eager_footer_error err;
-                f = decode_eager_footer(c.seg.footer(i).load(std::memory_order_acquire),
-                                        c.seg.capacity(), err);
-                if (err) {
-                    // Not yet: the messages written before it are still delivered, in order,
-                    // and the scan may meet it before the slot of the next one.
-                    if (bad == n) {
-                        bad = i;
-                        bad_err = err;
-                    }
-                    continue;
-                }
-                if (f.sentinel == eager_sentinel::data && f.seq == c.next_seq) {
-                    found = i;
-                    break;
-                }
-            }
-            if (found == n && bad != n) {
-                eager_bad_footer(c, bad, bad_err);
+        const std::uint32_t n = c.seg.slots();
+        for (int batch = 0; batch < 64; ++batch) {
+            // The next message, in its slot: one cache line for a small one.
+            const std::uint64_t k = c.delivered;
+            const auto slot = static_cast<std::uint32_t>(k % n);
+            const std::uint64_t mark = c.seg.footer_mark(slot).load(std::memory_order_acquire);
+            if (!eager_mark_names(mark, k)) break;
+            eager_footer_error err;
+            const eager_footer f = decode_eager_footer(
+                c.seg.footer_word(slot).load(std::memory_order_relaxed), c.seg.capacity(), err);
+            if (!err && f.sentinel != eager_sentinel::data)
+                err = {"a published slot without a message", f.sentinel, 0};
+            if (!err && f.seq != static_cast<std::uint16_t>(k))
+                err = {"a sequence number out of turn", f.seq, static_cast<std::uint16_t>(k)};
+            if (err) {
+                eager_bad_footer(c, slot, err);
                 break;
             }
-            if (found == n) {
-                // `written` counts a message whose footer we cannot find: a broken sender.
-                eager_footer_error err{"a message counted but in no slot", written, c.delivered};
-                eager_bad_footer(c, c.guess, err);
-                break;
-            }
-            void* msg = alloc::place_message(c.seg.slot(found), f.size, c, c.seg.name().c_str());
-            c.seg.footer(found).store(eager_footer::encode(eager_sentinel::received, f.seq, f.size),
-                                      std::memory_order_relaxed);
+            void* msg =
+                alloc::place_message(c.seg.message(slot, f.size) - alloc::message_header_size,
+                                     f.size, c, c.seg.name().c_str());
             ++c.held;
-            ++c.next_seq;
-            c.guess = (found + 1) % n;
+            c.delivered = k + 1;
+            // What the sender took from our channel to it, when it wrote this.
+            if (peers[c.from].eager_out)
+                peers[c.from].eager_out->taken_hint = static_cast<std::uint32_t>(mark >> 32);
             deliver(c.from, msg, f.size, false, 0);
-            c.seg.header().delivered.store(++c.delivered, std::memory_order_release);
+            c.seg.header().delivered.store(c.delivered, std::memory_order_release);
             ++eager.receives;
             did = true;
             c.use.used = true;
@@ -256,7 +247,10 @@ void layer::impl::eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_
 bool layer::impl::eager_pending() const noexcept {
     for (const auto& c : eager.polled)
         if (!c->done && c->from != unattached &&
-            c->seg.header().written.load(std::memory_order_acquire) != c->delivered)
+            eager_mark_names(
+                c->seg.footer_mark(static_cast<std::uint32_t>(c->delivered % c->seg.slots()))
+                    .load(std::memory_order_acquire),
+                c->delivered))
             return true;
     return false;
 }
@@ -686,20 +680,18 @@ bool layer::inject_bad_eager_footer(std::uint32_t dest, footer_fault fault) {
     if (dest >= m.peers.size()) return false;
     eager_tx* c = m.peers[dest].eager_out.get();
     if (!c) return m.put_inject_bad_footer(dest, fault);
-    // A free slot, as a send would take: writing over a slot the receiver has not taken yet
-    // would destroy a good message (the test then lost one under load).
-    const std::uint32_t n = c->seg.slots();
-    std::uint32_t slot = n;
-    for (std::uint32_t k = 0; k < n && slot == n; ++k) {
-        const std::uint32_t i = (c->hint + k) % n;
-        const auto s = static_cast<std::uint16_t>(c->seg.footer(i).load(std::memory_order_acquire));
-        if (s == eager_sentinel::ready || s == eager_sentinel::free) slot = i;
-    }
-    if (slot == n) return false;
-    const eager_footer bad = bad_footer_for(fault, c->next_seq++, c->seg.capacity());
-    c->seg.footer(slot).store(eager_footer::encode(bad.sentinel, bad.seq, bad.size),
-                              std::memory_order_release);
-    c->seg.header().written.store(++c->written, std::memory_order_release);
+    // The next slot once it is free, as a send would take it: writing over a slot the
+    // receiver has not taken yet would destroy a good message (the test then lost one
+    // under load).
+    if (!c->has_credit()) return false;
+    const std::uint64_t k = c->written;
+    const auto slot = static_cast<std::uint32_t>(k % c->seg.slots());
+    const eager_footer bad =
+        bad_footer_for(fault, static_cast<std::uint16_t>(k), c->seg.capacity());
+    c->seg.footer_word(slot).store(eager_footer::encode(bad.sentinel, bad.seq, bad.size),
+                                   std::memory_order_relaxed);
+    c->seg.footer_mark(slot).store(eager_mark(k, 0), std::memory_order_release);
+    c->written = k + 1;
     m.peers[dest].gate = c;
     if (m.peers[dest].out_ring->take_sleeper()) m.peers[dest].out_bell->ring();
     return true;

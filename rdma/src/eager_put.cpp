@@ -58,7 +58,7 @@ std::size_t page_round(std::size_t n) noexcept {
 // kernel on its behalf) may write them too.
 std::atomic_ref<std::uint64_t> footer_head(std::byte* slot, std::uint32_t stride) noexcept {
     return std::atomic_ref<std::uint64_t>(
-        *reinterpret_cast<std::uint64_t*>(slot + stride - eager_put_footer_size));
+        *reinterpret_cast<std::uint64_t*>(slot + stride - eager_footer_size));
 }
 std::atomic_ref<std::uint64_t> footer_word(std::byte* slot, std::uint32_t stride) noexcept {
     return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(slot + stride - 8));
@@ -73,7 +73,7 @@ std::uint16_t sentinel_of(std::uint64_t word) noexcept {
 // ---- the receiver's slots ---------------------------------------------------------------
 
 put_rx::put_rx(std::uint32_t f, std::uint32_t i, std::uint32_t n, std::uint32_t cap)
-    : owed_credits{f, n}, id(i), capacity(cap), stride(eager_put_slot_stride(cap)) {
+    : owed_credits{f, n}, id(i), capacity(cap), stride(eager_slot_stride(cap)) {
     bytes = page_round(std::size_t{stride} * n);
     mem = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
     if (!mem) return;
@@ -212,7 +212,7 @@ bool layer::impl::put_take(put_rx& c) {
         c.suspecting = false;
         const std::uint32_t size = f.footer.size;
         void* msg = alloc::place_message(
-            s + eager_put_message_offset(c.stride, size) - alloc::message_header_size, size, c,
+            s + eager_message_offset(c.stride, size) - alloc::message_header_size, size, c,
             "eager slot (put)");
         footer_word(s, c.stride)
             .store(eager_put_word(eager_sentinel::received, f.footer.seq, size),
@@ -288,7 +288,7 @@ put_tx::put_tx(std::uint32_t dest, const net::eager_put_open_payload& open, prov
       id(open.channel),
       slots(open.slots),
       capacity(open.capacity),
-      stride(eager_put_slot_stride(open.capacity)),
+      stride(eager_slot_stride(open.capacity)),
       prov(p),
       remote{open.address, open.key, std::uint64_t{open.slots} * stride},
       footer_apart(!p.caps().put_in_order),
@@ -323,8 +323,7 @@ void layer::impl::on_put_open(std::uint32_t from, const net::eager_put_open_payl
         why = "it gave us a channel already";
     else if (!prov)
         why = "this PE has no " + std::string(to_string(p.get_with)) + " provider";
-    else if (f.address >
-             ~std::uint64_t{0} - std::uint64_t{f.slots} * eager_put_slot_stride(f.capacity))
+    else if (f.address > ~std::uint64_t{0} - std::uint64_t{f.slots} * eager_slot_stride(f.capacity))
         why = "its slots run past the end of the address space";
     std::unique_ptr<put_tx> c;
     if (why.empty()) {
@@ -359,7 +358,7 @@ bool layer::impl::put_send(std::uint32_t dest, const std::byte* buf, std::uint32
             ++eager.no_credit;  // every slot taken (or its last put still flying): the stream
         } else {
             std::byte* s = c.staging + std::size_t{i} * c.stride;
-            const std::uint32_t at = eager_put_message_offset(c.stride, size);
+            const std::uint32_t at = eager_message_offset(c.stride, size);
             std::memcpy(s + at, buf, size);
             ++eager.sends;
             ++eager.put_sends;
@@ -395,7 +394,7 @@ void layer::impl::put_post(put_tx& c, std::uint32_t offset, std::uint64_t head,
                            std::uint64_t word) {
     const std::uint32_t i = c.next % c.slots;
     std::byte* s = c.staging + std::size_t{i} * c.stride;
-    std::memcpy(s + c.stride - eager_put_footer_size, &head, 8);
+    std::memcpy(s + c.stride - eager_footer_size, &head, 8);
     std::memcpy(s + c.stride - 8, &word, 8);
     put_op& op = c.ops[i];
     op.stage = put_op::message;
@@ -468,7 +467,7 @@ bool layer::impl::put_inject_bad_footer(std::uint32_t dest, footer_fault fault) 
         return false;
     const eager_footer bad =
         bad_footer_for(fault, static_cast<std::uint16_t>(c->next), c->capacity);
-    put_post(*c, c->stride - eager_put_footer_size, eager_put_head(peers[dest].streamed),
+    put_post(*c, c->stride - eager_footer_size, eager_put_head(peers[dest].streamed),
              eager_put_word(bad.sentinel, bad.seq, bad.size));
     return true;
 }

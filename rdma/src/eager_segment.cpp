@@ -17,18 +17,10 @@ namespace coverse::rdma {
 
 namespace {
 
-constexpr std::uint32_t segment_version = 1;
-
-std::size_t round_up(std::size_t v, std::size_t to) noexcept {
-    return (v + to - 1) / to * to;
-}
-
-std::size_t footers_bytes(std::uint32_t slots) noexcept {
-    return round_up(std::size_t{slots} * sizeof(std::uint64_t), 64);
-}
+constexpr std::uint32_t segment_version = 2;  // 2: footers in the slots, counted slots
 
 std::uint32_t stride_for(std::uint32_t capacity) noexcept {
-    return static_cast<std::uint32_t>(round_up(eager_segment::slot_header + capacity, 64));
+    return eager_slot_stride(capacity);
 }
 
 [[noreturn]] void fail(int err, const std::string& what) {
@@ -71,8 +63,7 @@ eager_put_footer decode_eager_put_footer(std::uint64_t head, std::uint64_t word,
 }
 
 std::size_t eager_segment::size_for(std::uint32_t slots, std::uint32_t capacity) noexcept {
-    return sizeof(eager_segment_header) + footers_bytes(slots) +
-           std::size_t{slots} * stride_for(capacity);
+    return sizeof(eager_segment_header) + std::size_t{slots} * stride_for(capacity);
 }
 
 eager_segment::eager_segment(std::string name, void* base, std::size_t bytes, bool linked) noexcept
@@ -83,15 +74,12 @@ eager_segment::eager_segment(std::string name, void* base, std::size_t bytes, bo
     _slots = _h->slots;
     _capacity = _h->capacity;
     _stride = _h->stride;
-    auto* b = static_cast<std::byte*>(base);
-    _footers = reinterpret_cast<std::atomic<std::uint64_t>*>(b + sizeof(eager_segment_header));
-    _slots_base = b + sizeof(eager_segment_header) + footers_bytes(_slots);
+    _slots_base = static_cast<std::byte*>(base) + sizeof(eager_segment_header);
 }
 
 eager_segment::eager_segment(eager_segment&& o) noexcept
     : _name(std::move(o._name)),
       _h(std::exchange(o._h, nullptr)),
-      _footers(o._footers),
       _slots_base(o._slots_base),
       _bytes(std::exchange(o._bytes, 0)),
       _slots(o._slots),
@@ -117,11 +105,11 @@ void eager_segment::unlink() noexcept {
     _linked = false;
 }
 
-std::optional<std::uint32_t> eager_segment::slot_of(const void* storage) const noexcept {
-    const auto* p = static_cast<const std::byte*>(storage);
-    if (p < _slots_base) return std::nullopt;
-    const auto off = static_cast<std::size_t>(p - _slots_base);
-    if (off % _stride != 0 || off / _stride >= _slots) return std::nullopt;
+std::optional<std::uint32_t> eager_segment::slot_of(const void* p) const noexcept {
+    const auto* b = static_cast<const std::byte*>(p);
+    if (b < _slots_base) return std::nullopt;
+    const auto off = static_cast<std::size_t>(b - _slots_base);
+    if (off / _stride >= _slots) return std::nullopt;
     return static_cast<std::uint32_t>(off / _stride);
 }
 
@@ -159,12 +147,9 @@ eager_segment eager_segment::create(const std::string& name, eager_kind kind, st
     h->sender.store(0, std::memory_order_relaxed);
     h->attached.store(0, std::memory_order_relaxed);
     h->receiver_stopped.store(0, std::memory_order_relaxed);
-    h->written.store(0, std::memory_order_relaxed);
+    h->released.store(0, std::memory_order_relaxed);
     h->delivered.store(0, std::memory_order_relaxed);
-    eager_segment s(name, p, bytes, true);
-    for (std::uint32_t i = 0; i < slots; ++i)
-        new (&s._footers[i])
-            std::atomic<std::uint64_t>(eager_footer::encode(eager_sentinel::ready, 0, 0));
+    eager_segment s(name, p, bytes, true);  // the slots are zeroed: no mark names a message
     std::atomic_thread_fence(std::memory_order_release);
     h->magic = magic_value;
     return s;

@@ -30,7 +30,7 @@ namespace coverse::rdma {
 tcp_rx::tcp_rx(std::uint32_t f, std::uint32_t n, std::uint32_t cap)
     : owed_credits{f, n},
       capacity(cap),
-      stride(static_cast<std::uint32_t>((eager_segment::slot_header + cap + 63) / 64 * 64)) {
+      stride(static_cast<std::uint32_t>((alloc::message_header_size + cap + 63) / 64 * 64)) {
     mem = static_cast<std::byte*>(std::aligned_alloc(64, std::size_t{stride} * slots));
     if (mem)
         for (std::uint32_t i = slots; i-- > 0;)
@@ -130,7 +130,7 @@ std::byte* layer::impl::tcp_eager_place(std::uint32_t pe, const net::frame_heade
     c->free_slots.pop_back();
     c->placed = true;
     ++c->held;
-    return c->mem + std::size_t{c->placed_slot} * c->stride + eager_segment::slot_header;
+    return c->mem + std::size_t{c->placed_slot} * c->stride + alloc::message_header_size;
 }
 
 void layer::impl::tcp_eager_take(std::uint32_t pe, net::frame& f) {

@@ -63,17 +63,17 @@ struct use_mark {
 
 struct eager_rx final : alloc::chunk_owner {
     eager_rx(std::uint32_t id, std::uint32_t from, eager_kind kind, eager_segment seg)
-        : id(id), from(from), kind(kind), seg(std::move(seg)) {}
+        : id(id), from(from), kind(kind), seg(std::move(seg)), freed(this->seg.slots(), 0) {}
     std::uint32_t id;
     std::uint32_t from;  // no_peer until a receiver-initiated channel's sender attached
     eager_kind kind;
     eager_segment seg;
-    std::uint16_t next_seq = 0;
-    std::uint64_t delivered = 0;
-    std::uint32_t guess = 0;  // the slot the next message most likely sits in
-    std::uint32_t held = 0;   // slots handed to handlers and not freed yet
-    bool closing = false;     // we asked the sender to stop
-    bool done = false;        // the sender stopped: no more polling; reaped once held == 0
+    std::uint64_t delivered = 0;      // messages taken: the next is in slot delivered % slots
+    std::uint64_t released = 0;       // messages whose slots are free again, in order
+    std::vector<std::uint8_t> freed;  // per slot: freed by its handler, not released yet
+    std::uint32_t held = 0;           // slots handed to handlers and not freed yet
+    bool closing = false;             // we asked the sender to stop
+    bool done = false;                // the sender stopped: no more polling; reaped once held == 0
     use_mark use;
     std::uint32_t handle = 0;  // the sender's persistent handle, if any
 
@@ -91,13 +91,26 @@ struct eager_tx {
     std::uint32_t id;  // the receiver's channel id
     eager_kind kind;
     eager_segment seg;
-    std::uint16_t next_seq = 0;
-    std::uint64_t written = 0;
-    std::uint32_t hint = 0;
+    std::uint64_t written = 0;        // messages written: the next goes to slot written % slots
+    std::uint64_t released_seen = 0;  // the receiver's `released` as last read
+    std::uint32_t taken_hint = 0;     // the receiver's taken count its own footers carried
 
+    /// The receiver took every message written (read from its counter: the order gate's
+    /// answer).
     bool drained() const noexcept {
         return seg.header().delivered.load(std::memory_order_acquire) == written ||
                seg.header().receiver_stopped.load(std::memory_order_acquire) != 0;
+    }
+    /// Likewise, first from the footers the receiver wrote to us (no read of its line): a
+    /// hint, so a stale one only costs that read.
+    bool drained_hinted() const noexcept {
+        return taken_hint == static_cast<std::uint32_t>(written) || drained();
+    }
+    /// A slot for the next message: its previous message was freed.
+    bool has_credit() noexcept {
+        if (written < released_seen + seg.slots()) return true;
+        released_seen = seg.header().released.load(std::memory_order_acquire);
+        return written < released_seen + seg.slots();
     }
 };
 

@@ -62,8 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (put.footer.sentinel == eager_sentinel::data) {
             check(eager_put_word(put.footer.sentinel, put.footer.seq, put.footer.size) == word);
             // Its message fits the slot in front of the footer, with room for the alloc header.
-            const std::uint32_t stride = eager_put_slot_stride(capacity);
-            const std::uint32_t at = eager_put_message_offset(stride, put.footer.size);
+            const std::uint32_t stride = eager_slot_stride(capacity);
+            const std::uint32_t at = eager_message_offset(stride, put.footer.size);
             check(at >= 32 && at % 16 == 0 && at + put.footer.size <= stride - 16);
         }
     }

@@ -372,7 +372,7 @@ struct eager_channel_payload {
 /// eager_put_open: a receiver gives one sender a short channel the sender writes by one-sided
 /// put: `slots` slots of `capacity` message bytes each, in memory the receiver registered with
 /// the provider that sender reaches it by. Slot i starts at address + i x the slot stride
-/// (rdma/eager.hpp, eager_put_slot_stride(capacity)); its close and closed travel as
+/// (rdma/eager.hpp, eager_slot_stride(capacity)); its close and closed travel as
 /// eager_channel frames naming the same channel.
 struct eager_put_open_payload {
     std::uint32_t channel = 0;   // @0  u32: the receiver's channel id (>= 1)

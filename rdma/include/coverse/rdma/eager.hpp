@@ -5,18 +5,22 @@
 // EAGER_LONG_BUFFER_SIZE or the requested size) backs a persistent handle.
 //
 // Segment (created by the receiver, mapped by the sender, both sides little-endian):
-//   header   {magic, version, slots, capacity, kind, stride, sender PE}   64 bytes
-//   counters {written: messages the sender wrote; delivered: messages the receiver took},
-//            each on its own cache line
-//   footers  slots x u64, packed (8 per cache line): the receiver polls one line per 8 slots
-//   slots    slots x stride bytes: 32 bytes the receiver turns into the message's alloc
-//            header, then up to `capacity` bytes of message
-//
-// Footer word: bits 0..15 the sentinel, 16..31 the sender's sequence number (mod 2^16),
-// 32..63 the message size. The sender writes the message, then the footer with a release
-// store; the receiver reads the footer with an acquire load, then the message.
-// Sentinels: ready (never written, or reclaimed), data (a message waits), received (a
-// handler holds the slot), free (the handler freed it: the credit is back).
+//   header    {magic, version, slots, capacity, kind, stride, sender PE}   64 bytes
+//   counters  {released: messages whose slots are free again, in send order; delivered:
+//             messages the receiver took}, each on its own cache line, written by the
+//             receiver and read by the sender only when what it last read is not enough
+//   slots     slots x stride bytes, the same layout as a channel written by put (below):
+//             [32 bytes for the receiver's alloc header | free | message | footer]
+// Message k (counting from 0) goes to slot k mod slots, once the slot's previous message
+// was freed (k < released + slots). Footer, 16 bytes at the slot's end:
+//   @0 u64 word: bits 0..15 the sentinel (data), 16..31 k mod 2^16, 32..63 the size
+//   @8 u64 mark: bits 0..31 (k + 1) mod 2^32, 32..63 how many messages the writer had taken
+//                from the reader's channel to it (mod 2^32: a hint for the reader's sends)
+// The sender writes the message, the word, then the mark with a release store; the receiver
+// polls the mark of the next slot it expects (acquire), then reads the word and the message.
+// A message of up to 16 bytes shares its cache line with the footer, so one line crosses
+// the cores per message. A mark left from an earlier lap names another message, and zeroed
+// memory names none.
 #pragma once
 
 #include <atomic>
@@ -31,6 +35,9 @@ namespace coverse::rdma {
 
 enum class eager_kind : std::uint32_t { short_slots = 1, long_buffers = 2 };
 
+// Footer sentinels. A shared-memory slot is published by its mark and always says data;
+// a slot written by put says where it stands: ready (never written, or reclaimed), data (a
+// message waits), received (a handler holds it), free (the handler freed it).
 namespace eager_sentinel {
 inline constexpr std::uint16_t ready = 0xA5E1;
 inline constexpr std::uint16_t data = 0xDA7A;
@@ -76,21 +83,21 @@ struct eager_footer_error {
 //                        sentinel in the slot's last two bytes; the sentinels of eager_footer
 // Little-endian hosts, like the segment.
 
-/// Bytes of a put slot's footer.
-inline constexpr std::uint32_t eager_put_footer_size = 16;
+/// Bytes of a slot's footer (shared-memory and put channels alike).
+inline constexpr std::uint32_t eager_footer_size = 16;
 
-/// Bytes from one put slot to the next, for messages of up to `capacity` bytes (at most
-/// eager_segment::largest_capacity): a multiple of 64, so every slot starts on a cache line.
-constexpr std::uint32_t eager_put_slot_stride(std::uint32_t capacity) noexcept {
+/// Bytes from one slot to the next (shared-memory and put channels alike), for messages of up to
+/// `capacity` bytes (at most eager_segment::largest_capacity): a multiple of 64, so every slot
+/// starts on a cache line.
+constexpr std::uint32_t eager_slot_stride(std::uint32_t capacity) noexcept {
     const std::uint32_t body = (capacity + 15u) / 16u * 16u;
-    return (32u + body + eager_put_footer_size + 63u) / 64u * 64u;
+    return (32u + body + eager_footer_size + 63u) / 64u * 64u;
 }
 
 /// Where a message of `size` bytes (1..capacity) starts in its slot: 16-byte aligned, its
 /// padded end at the footer, and room for the 32-byte alloc header in front of it.
-constexpr std::uint32_t eager_put_message_offset(std::uint32_t stride,
-                                                 std::uint32_t size) noexcept {
-    return stride - eager_put_footer_size - (size + 15u) / 16u * 16u;
+constexpr std::uint32_t eager_message_offset(std::uint32_t stride, std::uint32_t size) noexcept {
+    return stride - eager_footer_size - (size + 15u) / 16u * 16u;
 }
 
 /// The footer's word: eager_footer's fields, rotated so the sentinel is in its top bits.
@@ -117,6 +124,16 @@ struct eager_put_footer {
                                                        std::uint32_t capacity,
                                                        eager_footer_error& error) noexcept;
 
+/// A shared-memory slot's mark for message `k` (see the segment above): (k + 1) mod 2^32,
+/// and the writer's count of messages it took from the reader's channel.
+constexpr std::uint64_t eager_mark(std::uint64_t k, std::uint64_t taken) noexcept {
+    return (taken & 0xFFFF'FFFFu) << 32 | ((k + 1) & 0xFFFF'FFFFu);
+}
+/// True when `mark` says message `k` is in its slot.
+constexpr bool eager_mark_names(std::uint64_t mark, std::uint64_t k) noexcept {
+    return ((mark ^ (k + 1)) & 0xFFFF'FFFFu) == 0;
+}
+
 struct eager_segment_header {
     std::uint32_t magic;
     std::uint32_t version;
@@ -130,7 +147,7 @@ struct eager_segment_header {
     /// the sender's order gate on this channel is open.
     std::atomic<std::uint32_t> receiver_stopped;
     std::uint8_t pad[28];
-    alignas(64) std::atomic<std::uint64_t> written;    // messages the sender wrote
+    alignas(64) std::atomic<std::uint64_t> released;   // messages whose slots are free again
     alignas(64) std::atomic<std::uint64_t> delivered;  // messages the receiver took
 };
 static_assert(sizeof(eager_segment_header) == 192);
@@ -141,8 +158,6 @@ public:
     static constexpr std::uint32_t magic_value = 0x45414752;  // "EAGR"
     static constexpr std::uint32_t most_slots = 1024;
     static constexpr std::uint32_t largest_capacity = 1u << 30;
-    /// Bytes in front of each slot's message: the receiver's alloc header goes there.
-    static constexpr std::size_t slot_header = 32;
 
     /// Creates and maps `/name` (the receiver). Throws std::system_error naming the object
     /// and the fix (a small /dev/shm).
@@ -159,13 +174,26 @@ public:
     eager_segment_header& header() const noexcept { return *_h; }
     std::uint32_t slots() const noexcept { return _slots; }
     std::uint32_t capacity() const noexcept { return _capacity; }
-    std::atomic<std::uint64_t>& footer(std::uint32_t i) const noexcept { return _footers[i]; }
-    /// The slot's storage (its alloc header first); the message starts slot_header later.
+    std::uint32_t stride() const noexcept { return _stride; }
+    /// The slot's first byte.
     std::byte* slot(std::uint32_t i) const noexcept {
         return _slots_base + std::size_t{i} * _stride;
     }
-    /// The slot that holds `storage` (a pointer slot() returned), or nullopt.
-    std::optional<std::uint32_t> slot_of(const void* storage) const noexcept;
+    /// The footer's word and mark of slot `i`.
+    std::atomic_ref<std::uint64_t> footer_word(std::uint32_t i) const noexcept {
+        return std::atomic_ref<std::uint64_t>(
+            *reinterpret_cast<std::uint64_t*>(slot(i) + _stride - eager_footer_size));
+    }
+    std::atomic_ref<std::uint64_t> footer_mark(std::uint32_t i) const noexcept {
+        return std::atomic_ref<std::uint64_t>(
+            *reinterpret_cast<std::uint64_t*>(slot(i) + _stride - eager_footer_size + 8));
+    }
+    /// Where a message of `size` bytes starts in slot `i`.
+    std::byte* message(std::uint32_t i, std::uint32_t size) const noexcept {
+        return slot(i) + eager_message_offset(_stride, size);
+    }
+    /// The slot that holds `p` (a pointer into a slot), or nullopt.
+    std::optional<std::uint32_t> slot_of(const void* p) const noexcept;
     std::size_t bytes() const noexcept { return _bytes; }
     const std::string& name() const noexcept { return _name; }
 
@@ -176,7 +204,6 @@ private:
     eager_segment(std::string name, void* base, std::size_t bytes, bool linked) noexcept;
     std::string _name;
     eager_segment_header* _h = nullptr;
-    std::atomic<std::uint64_t>* _footers = nullptr;
     std::byte* _slots_base = nullptr;
     std::size_t _bytes = 0;
     std::uint32_t _slots = 0, _capacity = 0, _stride = 0;
