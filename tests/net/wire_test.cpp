@@ -259,7 +259,7 @@ TEST(wire_payloads, hello_round_trips_with_pinned_layout) {
     const hello_payload p{0x0807060504030201ull, 2, 4, protocol_revision};
     const auto b = encode(p);
     EXPECT_EQ(std::vector<std::byte>(b.begin(), b.end()),
-              bytes({1, 2, 3, 4, 5, 6, 7, 8, 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}));
+              bytes({1, 2, 3, 4, 5, 6, 7, 8, 2, 0, 0, 0, 4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}));
     const auto d = decode_hello(b, limits4());
     ASSERT_TRUE(d.ok()) << describe(d.error, peer);
     EXPECT_EQ(d.value, p);
@@ -555,7 +555,7 @@ TEST(wire_launcher, register_node_round_trips_with_pinned_layout) {
     const auto expected = bytes({2,    0,    0,    0,     // node
                                  1,    0,    0,    0,     // pe_count
                                  0x41, 0x9C, 0,    0,     // data_port, reserved
-                                 1,    0,    0,    0,     // protocol_version
+                                 2,    0,    0,    0,     // protocol_version
                                  0x18, 0x17, 0x16, 0x15,  // machine_id
                                  0x14, 0x13, 0x12, 0x11,  //
                                  0x28, 0x27, 0x26, 0x25,  // job_key

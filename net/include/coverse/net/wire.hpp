@@ -21,10 +21,12 @@ inline constexpr std::uint32_t frame_magic = 0x5352'5643;
 /// Version of the frame header format. Bumped only if the 24 bytes change meaning; new
 /// fields are appended behind a flag instead (see frame_flags::extension).
 inline constexpr std::uint8_t wire_version = 1;
-/// Protocol revision advertised in the hello payload. A peer sets a flag or sends a frame
-/// type newer than revision 1 only if the other side's hello advertised a revision that
-/// knows it; that is what keeps the header append-only without breaking old peers.
-inline constexpr std::uint32_t protocol_revision = 1;
+/// Protocol revision advertised in the hello payload and at registration. Peers of
+/// different revisions refuse each other at connection, naming both (mesh.cpp): run one
+/// coverse release on every node. Revision 2: frame types 32-35 (eager channels over a
+/// connection, written by put) and version 2 of the shared-memory eager segment (footers in
+/// the slots).
+inline constexpr std::uint32_t protocol_revision = 2;
 
 /// Source PE used by the launcher (coverse-run) on its connections to the PEs.
 inline constexpr std::uint32_t launcher_pe = 0xFFFF'FFFF;
