@@ -5,18 +5,18 @@
 // Stages of a channel: opened by its receiver (a short one when a sender sent EAGER_THRESHOLD
 // messages within EAGER_INTERVAL, a long one for a persistent request or
 // CmiCreateReceiverPersistent) -> mapped by its sender (eager_channel open, on the stream
-// path) -> in use (the sender spends a credit per message: a slot whose footer says ready or
-// free; the receiver's poller takes data slots in sequence order, and the handler's CmiFree
-// writes free) -> closing (an idle short channel: the receiver sends close; a destroyed
-// persistent handle: the sender sends destroy) -> closed (the sender's closed / destroy
-// comes after every slot it wrote, so the receiver stops polling) -> reaped once no handler
-// holds a slot of it.
+// path) -> in use (the sender spends a credit per message: the next slot, in turn, whose
+// message the handler freed, skipping slots still held; the receiver's poller walks the slots
+// in the same turn, and the handler's CmiFree marks its slot freed) -> closing (an idle short
+// channel: the receiver sends close; a destroyed persistent handle: the sender sends destroy) ->
+// closed (the sender's closed / destroy comes after every slot it wrote, so the receiver stops
+// polling) -> reaped once no handler holds a slot of it.
 //
 // Order per pair: every path a message can take to one peer (the ring, each channel) is
 // ordered in itself. A message may take a different path than the previous one only once
 // the receiver has taken everything sent on that previous path: the ring's consumer has
-// caught up with its producer, or the channel's `delivered` counter reached its `written`
-// one. Until then the message queues behind them (the ring's queue is gated), so the
+// caught up with its producer, or the channel's `delivered` counter reached the count its
+// sender wrote. Until then the message queues behind them (the ring's queue is gated), so the
 // receiver's single poller delivers in send order without sequence numbers across paths.
 // (Over a connection the order is the connection's; a channel written by one-sided put keeps
 // it with a position in each footer: eager_put.cpp.)
@@ -53,21 +53,52 @@ trace::protocol protocol_of(eager_kind k) noexcept {
 void eager_rx::take_back(void* storage, std::size_t) noexcept {
     const auto i = seg.slot_of(storage);
     if (!i) return;  // cannot be: place_message got pointers into slots only
-    freed[*i] = 1;
-    --held;
-    // The sender writes message k into slot k % slots, so slots come back in send order: a
-    // slot a handler keeps holds back the ones freed after it (their credits wait for it).
-    const std::uint64_t before = released;
-    const std::uint32_t n = seg.slots();
-    while (released < delivered && freed[released % n]) {
-        freed[released % n] = 0;
-        ++released;
-    }
     // Release: the handler's reads of the slot come before the sender may write it again.
-    if (released != before) seg.header().released.store(released, std::memory_order_release);
+    seg.freed(*i).store(static_cast<std::uint32_t>(slot_message[*i]), std::memory_order_release);
+    --held;
     if (trace::enabled())
         trace::emit(trace::kind::credit_returned, from, 1,
                     trace::credit_protocol(protocol_of(kind)));
+}
+
+// The sender's walk: message `written` goes to the first slot from `at` whose message was
+// freed; the slots before it, still held by handlers, get a skip for it. A footer the
+// receiver has not passed yet (its mark names a message not taken) is never written over,
+// and skips are written only when a slot follows them, so a correct sender never skips a
+// whole lap. What the receiver freed is read again only when the slot at `at` is not known
+// to be free (in a steady flow once per lap: the words of 16 slots share a line), and its
+// `delivered` only when a slot must be skipped or was skipped last time.
+std::optional<std::uint32_t> eager_tx::claim_slot(std::uint64_t taken) noexcept {
+    const std::uint32_t n = seg.slots();
+    // A slot's message was freed (and so taken); a skip in its footer must have been passed.
+    const auto usable = [&](std::uint32_t s) {
+        const bool freed = data[s] == 0 || freed_seen[s] == static_cast<std::uint32_t>(data[s]);
+        return freed && (marked[s] == data[s] || marked[s] <= delivered_seen);
+    };
+    if (usable(at)) return at;
+    for (std::uint32_t i = 0; i < n; ++i)
+        freed_seen[i] = seg.freed(i).load(std::memory_order_acquire);
+    if (usable(at)) return at;
+    delivered_seen = seg.header().delivered.load(std::memory_order_acquire);
+    std::optional<std::uint32_t> slot;
+    for (std::uint32_t j = 0; j < n && !slot; ++j) {
+        const std::uint32_t s = (at + j) % n;
+        if (usable(s))
+            slot = s;
+        else if (marked[s] > delivered_seen)
+            return std::nullopt;  // not passed by the receiver: no skip over it
+    }
+    if (!slot) return std::nullopt;
+    const std::uint64_t k = written;
+    for (std::uint32_t s = at; s != *slot; s = (s + 1) % n) {
+        // Held by a handler: the message goes further on, and this footer says so.
+        seg.footer_word(s).store(
+            eager_footer::encode(eager_sentinel::skip, static_cast<std::uint16_t>(k), 0),
+            std::memory_order_relaxed);
+        seg.footer_mark(s).store(eager_mark(k, taken), std::memory_order_release);
+        marked[s] = k + 1;
+    }
+    return slot;
 }
 
 eager_state::eager_state() = default;
@@ -123,33 +154,38 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
         // A short channel takes a message only while the receiver has taken every earlier one
         // (latency-bound traffic: a ping-pong, a reply). The second message of a burst goes
         // by the ring once the first is taken (wait_for_gate), and the rest of the burst
-        // stays there: for small messages the ring's copy costs the receiver less than a
-        // slot's footer scan, free and credit (measured: 8 B rate 0.79x with bursts in
-        // the slots). A ping-pong learns it from the footers of the replies, not by reading
-        // the receiver's counter (a cache line from the other core on every message).
+        // stays there (bursts in the slots measured 8 B rate 0.79x vader with the footers
+        // packed apart from the slots, and no better with them in the slots). A ping-pong
+        // learns it from the footers of the replies, not by reading the receiver's counter
+        // (a cache line from the other core on every message); one-way traffic reads it.
         if (!p.eager_out->drained_hinted()) return false;
         c = p.eager_out.get();
     }
-    if (!c) return false;
+    // A channel whose receiver stopped reading (a bad footer) takes nothing more: it would
+    // never be taken. Nor does an empty message, which no footer can say.
+    if (!c || size == 0 || c->seg.header().receiver_stopped.load(std::memory_order_relaxed))
+        return false;
     if (!may_switch_to(dest, c)) {
         ++eager.order_waits;
         return false;  // the ring still carries earlier messages: stay on it
     }
-    // A credit: the next slot in turn, its previous message freed.
-    if (!c->has_credit()) {
+    // A credit: the next slot whose message was freed, skipping those still held.
+    const std::uint32_t taken = p.eager_in ? static_cast<std::uint32_t>(p.eager_in->delivered) : 0;
+    const auto slot = c->claim_slot(taken);
+    if (!slot) {
         ++eager.no_credit;
-        return false;  // the next slot is held: the stream path carries it (after the channel)
+        return false;  // every slot is held: the stream path carries it (after the channel)
     }
     const std::uint64_t k = c->written;
-    const auto slot = static_cast<std::uint32_t>(k % c->seg.slots());
-    std::memcpy(c->seg.message(slot, size), buf, size);
-    c->seg.footer_word(slot).store(
+    std::memcpy(c->seg.message(*slot, size), buf, size);
+    c->seg.footer_word(*slot).store(
         eager_footer::encode(eager_sentinel::data, static_cast<std::uint16_t>(k), size),
         std::memory_order_relaxed);
     // The mark last, with release; it carries what we took from dest's channel to us, so its
     // next send there need not read our counter (drained_hinted).
-    c->seg.footer_mark(slot).store(eager_mark(k, p.eager_in ? p.eager_in->delivered : 0),
-                                   std::memory_order_release);
+    c->seg.footer_mark(*slot).store(eager_mark(k, taken), std::memory_order_release);
+    c->marked[*slot] = c->data[*slot] = k + 1;
+    c->at = (*slot + 1) % c->seg.slots();
     c->written = k + 1;
     p.gate = c;
     ++eager.sends;
@@ -186,25 +222,32 @@ bool layer::impl::eager_poll() {
         // A bounded batch per channel, like the rings, so one sender cannot hold the loop.
         const std::uint32_t n = c.seg.slots();
         for (int batch = 0; batch < 64; ++batch) {
-            // The next message, in its slot: one cache line for a small one.
+            // The footer of the slot the walk is at: the next message (one cache line for a
+            // small one), or a skip past a slot a handler still holds.
             const std::uint64_t k = c.delivered;
-            const auto slot = static_cast<std::uint32_t>(k % n);
+            const std::uint32_t slot = c.at;
             const std::uint64_t mark = c.seg.footer_mark(slot).load(std::memory_order_acquire);
             if (!eager_mark_names(mark, k)) break;
             eager_footer_error err;
             const eager_footer f = decode_eager_footer(
                 c.seg.footer_word(slot).load(std::memory_order_relaxed), c.seg.capacity(), err);
-            if (!err && f.sentinel != eager_sentinel::data)
+            if (!err && f.sentinel != eager_sentinel::data && f.sentinel != eager_sentinel::skip)
                 err = {"a published slot without a message", f.sentinel, 0};
             if (!err && f.seq != static_cast<std::uint16_t>(k))
                 err = {"a sequence number out of turn", f.seq, static_cast<std::uint16_t>(k)};
+            if (!err && f.sentinel == eager_sentinel::skip && ++c.skips >= n)
+                err = {"a skip over every slot", c.skips, n - 1};
             if (err) {
                 eager_bad_footer(c, slot, err);
                 break;
             }
+            c.at = (slot + 1) % n;
+            if (f.sentinel == eager_sentinel::skip) continue;
+            c.skips = 0;
             void* msg =
                 alloc::place_message(c.seg.message(slot, f.size) - alloc::message_header_size,
                                      f.size, c, c.seg.name().c_str());
+            c.slot_message[slot] = k + 1;
             ++c.held;
             c.delivered = k + 1;
             // What the sender took from our channel to it, when it wrote this.
@@ -247,10 +290,8 @@ void layer::impl::eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_
 bool layer::impl::eager_pending() const noexcept {
     for (const auto& c : eager.polled)
         if (!c->done && c->from != unattached &&
-            eager_mark_names(
-                c->seg.footer_mark(static_cast<std::uint32_t>(c->delivered % c->seg.slots()))
-                    .load(std::memory_order_acquire),
-                c->delivered))
+            eager_mark_names(c->seg.footer_mark(c->at).load(std::memory_order_acquire),
+                             c->delivered))
             return true;
     return false;
 }
@@ -680,17 +721,18 @@ bool layer::inject_bad_eager_footer(std::uint32_t dest, footer_fault fault) {
     if (dest >= m.peers.size()) return false;
     eager_tx* c = m.peers[dest].eager_out.get();
     if (!c) return m.put_inject_bad_footer(dest, fault);
-    // The next slot once it is free, as a send would take it: writing over a slot the
-    // receiver has not taken yet would destroy a good message (the test then lost one
-    // under load).
-    if (!c->has_credit()) return false;
+    // A free slot, as a send would take it: writing over a slot the receiver has not taken
+    // yet would destroy a good message (the test then lost one under load).
+    const auto slot = c->claim_slot(0);
+    if (!slot) return false;
     const std::uint64_t k = c->written;
-    const auto slot = static_cast<std::uint32_t>(k % c->seg.slots());
     const eager_footer bad =
         bad_footer_for(fault, static_cast<std::uint16_t>(k), c->seg.capacity());
-    c->seg.footer_word(slot).store(eager_footer::encode(bad.sentinel, bad.seq, bad.size),
-                                   std::memory_order_relaxed);
-    c->seg.footer_mark(slot).store(eager_mark(k, 0), std::memory_order_release);
+    c->seg.footer_word(*slot).store(eager_footer::encode(bad.sentinel, bad.seq, bad.size),
+                                    std::memory_order_relaxed);
+    c->seg.footer_mark(*slot).store(eager_mark(k, 0), std::memory_order_release);
+    c->marked[*slot] = k + 1;
+    c->at = (*slot + 1) % c->seg.slots();
     c->written = k + 1;
     m.peers[dest].gate = c;
     if (m.peers[dest].out_ring->take_sleeper()) m.peers[dest].out_bell->ring();

@@ -17,7 +17,11 @@ namespace coverse::rdma {
 
 namespace {
 
-constexpr std::uint32_t segment_version = 2;  // 2: footers in the slots, counted slots
+constexpr std::uint32_t segment_version = 2;  // 2: footers in the slots, walked in turn
+
+std::size_t freed_bytes(std::uint32_t slots) noexcept {
+    return (std::size_t{slots} * sizeof(std::uint32_t) + 63) / 64 * 64;
+}
 
 std::uint32_t stride_for(std::uint32_t capacity) noexcept {
     return eager_slot_stride(capacity);
@@ -46,6 +50,9 @@ eager_footer decode_eager_footer(std::uint64_t word, std::uint32_t capacity,
                 error = {f.size == 0 ? "an empty message" : "a size beyond the slot", f.size,
                          capacity};
             break;
+        case eager_sentinel::skip:
+            if (f.size != 0) error = {"a skip with a size", f.size, 0};
+            break;
         default:
             error = {"an unknown sentinel", f.sentinel, 0};
     }
@@ -58,12 +65,15 @@ eager_put_footer decode_eager_put_footer(std::uint64_t head, std::uint64_t word,
     eager_put_footer f;
     f.footer = decode_eager_footer(word << 16 | word >> 48, capacity, error);
     f.after = static_cast<std::uint32_t>(head);
+    if (!error && f.footer.sentinel == eager_sentinel::skip)  // shared memory's only
+        error = {"an unknown sentinel", f.footer.sentinel, 0};
     if (!error && (head >> 32) != 0) error = {"reserved bits set", head >> 32, 0};
     return f;
 }
 
 std::size_t eager_segment::size_for(std::uint32_t slots, std::uint32_t capacity) noexcept {
-    return sizeof(eager_segment_header) + std::size_t{slots} * stride_for(capacity);
+    return sizeof(eager_segment_header) + freed_bytes(slots) +
+           std::size_t{slots} * stride_for(capacity);
 }
 
 eager_segment::eager_segment(std::string name, void* base, std::size_t bytes, bool linked) noexcept
@@ -74,12 +84,15 @@ eager_segment::eager_segment(std::string name, void* base, std::size_t bytes, bo
     _slots = _h->slots;
     _capacity = _h->capacity;
     _stride = _h->stride;
-    _slots_base = static_cast<std::byte*>(base) + sizeof(eager_segment_header);
+    auto* b = static_cast<std::byte*>(base) + sizeof(eager_segment_header);
+    _freed = reinterpret_cast<std::atomic<std::uint32_t>*>(b);
+    _slots_base = b + freed_bytes(_slots);
 }
 
 eager_segment::eager_segment(eager_segment&& o) noexcept
     : _name(std::move(o._name)),
       _h(std::exchange(o._h, nullptr)),
+      _freed(o._freed),
       _slots_base(o._slots_base),
       _bytes(std::exchange(o._bytes, 0)),
       _slots(o._slots),
@@ -147,9 +160,10 @@ eager_segment eager_segment::create(const std::string& name, eager_kind kind, st
     h->sender.store(0, std::memory_order_relaxed);
     h->attached.store(0, std::memory_order_relaxed);
     h->receiver_stopped.store(0, std::memory_order_relaxed);
-    h->released.store(0, std::memory_order_relaxed);
     h->delivered.store(0, std::memory_order_relaxed);
-    eager_segment s(name, p, bytes, true);  // the slots are zeroed: no mark names a message
+    eager_segment s(name, p, bytes, true);  // zeroed: no message freed, no mark names one
+    for (std::uint32_t i = 0; i < slots; ++i)
+        new (&s._freed[i]) std::atomic<std::uint32_t>(0);
     std::atomic_thread_fence(std::memory_order_release);
     h->magic = magic_value;
     return s;

@@ -62,22 +62,24 @@ struct use_mark {
 };
 
 struct eager_rx final : alloc::chunk_owner {
-    eager_rx(std::uint32_t id, std::uint32_t from, eager_kind kind, eager_segment seg)
-        : id(id), from(from), kind(kind), seg(std::move(seg)), freed(this->seg.slots(), 0) {}
+    eager_rx(std::uint32_t id, std::uint32_t from, eager_kind kind, eager_segment s)
+        : id(id), from(from), kind(kind), seg(std::move(s)), slot_message(seg.slots(), 0) {}
     std::uint32_t id;
     std::uint32_t from;  // no_peer until a receiver-initiated channel's sender attached
     eager_kind kind;
     eager_segment seg;
-    std::uint64_t delivered = 0;      // messages taken: the next is in slot delivered % slots
-    std::uint64_t released = 0;       // messages whose slots are free again, in order
-    std::vector<std::uint8_t> freed;  // per slot: freed by its handler, not released yet
-    std::uint32_t held = 0;           // slots handed to handlers and not freed yet
-    bool closing = false;             // we asked the sender to stop
-    bool done = false;                // the sender stopped: no more polling; reaped once held == 0
+    std::uint64_t delivered = 0;              // messages taken: the next is `delivered`
+    std::uint32_t at = 0;                     // the slot whose footer tells of the next one
+    std::uint32_t skips = 0;                  // skips passed looking for the next message
+    std::vector<std::uint64_t> slot_message;  // per slot: k + 1 of the message it holds
+    std::uint32_t held = 0;                   // slots handed to handlers and not freed yet
+    bool closing = false;                     // we asked the sender to stop
+    bool done = false;  // the sender stopped: no more polling; reaped once held == 0
     use_mark use;
     std::uint32_t handle = 0;  // the sender's persistent handle, if any
 
-    /// A handler freed a slot's message: the slot is free, its credit back with the sender.
+    /// A handler freed a slot's message: the slot is free, its credit back with the sender
+    /// (one store to the segment's `freed`).
     void take_back(void* storage, std::size_t) noexcept override;
     const char* name() const noexcept override {
         return kind == eager_kind::short_slots ? "eager short slot" : "eager long buffer";
@@ -87,13 +89,25 @@ struct eager_rx final : alloc::chunk_owner {
 // ---- the sender's side ----------------------------------------------------------------
 
 struct eager_tx {
+    eager_tx(std::uint32_t to, std::uint32_t id, eager_kind kind, eager_segment s)
+        : to(to),
+          id(id),
+          kind(kind),
+          seg(std::move(s)),
+          marked(seg.slots(), 0),
+          data(seg.slots(), 0),
+          freed_seen(seg.slots(), 0) {}
     std::uint32_t to;
     std::uint32_t id;  // the receiver's channel id
     eager_kind kind;
     eager_segment seg;
-    std::uint64_t written = 0;        // messages written: the next goes to slot written % slots
-    std::uint64_t released_seen = 0;  // the receiver's `released` as last read
-    std::uint32_t taken_hint = 0;     // the receiver's taken count its own footers carried
+    std::uint64_t written = 0;              // messages written: the next is `written`
+    std::uint32_t at = 0;                   // the slot the next message goes to or skips
+    std::uint32_t taken_hint = 0;           // the receiver's taken count its footers carried
+    std::uint64_t delivered_seen = 0;       // the receiver's `delivered` as last read
+    std::vector<std::uint64_t> marked;      // per slot: k + 1 its footer's mark names
+    std::vector<std::uint64_t> data;        // per slot: k + 1 of the message written there
+    std::vector<std::uint32_t> freed_seen;  // per slot: the receiver's `freed` as last read
 
     /// The receiver took every message written (read from its counter: the order gate's
     /// answer).
@@ -106,12 +120,9 @@ struct eager_tx {
     bool drained_hinted() const noexcept {
         return taken_hint == static_cast<std::uint32_t>(written) || drained();
     }
-    /// A slot for the next message: its previous message was freed.
-    bool has_credit() noexcept {
-        if (written < released_seen + seg.slots()) return true;
-        released_seen = seg.header().released.load(std::memory_order_acquire);
-        return written < released_seen + seg.slots();
-    }
+    /// The slot message `written` goes to, with the skips up to it written (eager.cpp);
+    /// nullopt when no slot is free and passed by the receiver: no credit.
+    std::optional<std::uint32_t> claim_slot(std::uint64_t taken) noexcept;
 };
 
 /// Credits a receiver owes one sender for slots its handlers freed, over a connection: they

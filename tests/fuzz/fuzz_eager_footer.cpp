@@ -22,7 +22,7 @@ void check(bool condition) {
 
 bool known(std::uint16_t s) {
     return s == eager_sentinel::ready || s == eager_sentinel::data ||
-           s == eager_sentinel::received || s == eager_sentinel::free;
+           s == eager_sentinel::received || s == eager_sentinel::free || s == eager_sentinel::skip;
 }
 
 // What every decoded footer that passed must satisfy, and what every refusal must say.
@@ -33,6 +33,7 @@ void check_footer(const eager_footer& f, const eager_footer_error& e, std::uint3
     }
     check(known(f.sentinel));
     if (f.sentinel == eager_sentinel::data) check(f.size >= 1 && f.size <= capacity);
+    if (f.sentinel == eager_sentinel::skip) check(f.size == 0);
 }
 
 }  // namespace

@@ -5,22 +5,28 @@
 // EAGER_LONG_BUFFER_SIZE or the requested size) backs a persistent handle.
 //
 // Segment (created by the receiver, mapped by the sender, both sides little-endian):
-//   header    {magic, version, slots, capacity, kind, stride, sender PE}   64 bytes
-//   counters  {released: messages whose slots are free again, in send order; delivered:
-//             messages the receiver took}, each on its own cache line, written by the
-//             receiver and read by the sender only when what it last read is not enough
-//   slots     slots x stride bytes, the same layout as a channel written by put (below):
-//             [32 bytes for the receiver's alloc header | free | message | footer]
-// Message k (counting from 0) goes to slot k mod slots, once the slot's previous message
-// was freed (k < released + slots). Footer, 16 bytes at the slot's end:
-//   @0 u64 word: bits 0..15 the sentinel (data), 16..31 k mod 2^16, 32..63 the size
+//   header     {magic, version, slots, capacity, kind, stride, sender PE}   64 bytes
+//   delivered  u64 on its own cache line: messages the receiver took
+//   freed      slots x u32, from a cache line on: freed[i] is (k + 1) mod 2^32 of the last
+//              message a handler freed from slot i (0: none); 16 slots share one line
+//   slots      slots x stride bytes, the same layout as a channel written by put (below):
+//              [32 bytes for the receiver's alloc header | free | message | footer]
+// The receiver writes delivered and freed; the sender reads them only when what it last
+// read does not let it write (about once per lap of the slots).
+//
+// Both sides walk the slots in turn. Message k (counting from 0) goes into the next slot
+// whose last message was freed; a slot still held by a handler is skipped, and the sender
+// says so in that slot's footer (a skip for k), so the receiver walks past it. A footer is
+// overwritten only once the receiver passed it (delivered says so). Footer, 16 bytes at the
+// slot's end, apart from the message memory a handler holds:
+//   @0 u64 word: bits 0..15 the sentinel (data or skip), 16..31 k mod 2^16, 32..63 the size
+//                (0 for a skip)
 //   @8 u64 mark: bits 0..31 (k + 1) mod 2^32, 32..63 how many messages the writer had taken
 //                from the reader's channel to it (mod 2^32: a hint for the reader's sends)
 // The sender writes the message, the word, then the mark with a release store; the receiver
-// polls the mark of the next slot it expects (acquire), then reads the word and the message.
-// A message of up to 16 bytes shares its cache line with the footer, so one line crosses
-// the cores per message. A mark left from an earlier lap names another message, and zeroed
-// memory names none.
+// polls the mark of the slot it is at (acquire), then reads the word and the message. A
+// message of up to 16 bytes shares its cache line with the footer, so one line crosses the
+// cores per message. A mark left from an earlier lap names an earlier message.
 #pragma once
 
 #include <atomic>
@@ -35,7 +41,7 @@ namespace coverse::rdma {
 
 enum class eager_kind : std::uint32_t { short_slots = 1, long_buffers = 2 };
 
-// Footer sentinels. A shared-memory slot is published by its mark and always says data;
+// Footer sentinels. A shared-memory slot is published by its mark and says data or skip;
 // a slot written by put says where it stands: ready (never written, or reclaimed), data (a
 // message waits), received (a handler holds it), free (the handler freed it).
 namespace eager_sentinel {
@@ -43,6 +49,7 @@ inline constexpr std::uint16_t ready = 0xA5E1;
 inline constexpr std::uint16_t data = 0xDA7A;
 inline constexpr std::uint16_t received = 0x2ECD;
 inline constexpr std::uint16_t free = 0xF2EE;
+inline constexpr std::uint16_t skip = 0x5C1B;  // shared memory: the message is further on
 }  // namespace eager_sentinel
 
 /// A footer, decoded and checked.
@@ -67,7 +74,7 @@ struct eager_footer_error {
 };
 
 /// Decodes a footer word the peer wrote into a slot of `capacity` bytes. A data footer
-/// must hold 1..capacity bytes; every sentinel must be one of the four.
+/// must hold 1..capacity bytes, a skip none; every sentinel must be one of the five.
 [[nodiscard]] eager_footer decode_eager_footer(std::uint64_t word, std::uint32_t capacity,
                                                eager_footer_error& error) noexcept;
 
@@ -147,10 +154,9 @@ struct eager_segment_header {
     /// the sender's order gate on this channel is open.
     std::atomic<std::uint32_t> receiver_stopped;
     std::uint8_t pad[28];
-    alignas(64) std::atomic<std::uint64_t> released;   // messages whose slots are free again
     alignas(64) std::atomic<std::uint64_t> delivered;  // messages the receiver took
 };
-static_assert(sizeof(eager_segment_header) == 192);
+static_assert(sizeof(eager_segment_header) == 128);
 
 /// One mapped channel segment.
 class eager_segment {
@@ -175,6 +181,8 @@ public:
     std::uint32_t slots() const noexcept { return _slots; }
     std::uint32_t capacity() const noexcept { return _capacity; }
     std::uint32_t stride() const noexcept { return _stride; }
+    /// (k + 1) mod 2^32 of the last message a handler freed from slot `i` (0: none).
+    std::atomic<std::uint32_t>& freed(std::uint32_t i) const noexcept { return _freed[i]; }
     /// The slot's first byte.
     std::byte* slot(std::uint32_t i) const noexcept {
         return _slots_base + std::size_t{i} * _stride;
@@ -204,6 +212,7 @@ private:
     eager_segment(std::string name, void* base, std::size_t bytes, bool linked) noexcept;
     std::string _name;
     eager_segment_header* _h = nullptr;
+    std::atomic<std::uint32_t>* _freed = nullptr;
     std::byte* _slots_base = nullptr;
     std::size_t _bytes = 0;
     std::uint32_t _slots = 0, _capacity = 0, _stride = 0;
