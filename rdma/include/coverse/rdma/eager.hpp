@@ -11,8 +11,10 @@
 //              message a handler freed from slot i (0: none); 16 slots share one line
 //   slots      slots x stride bytes, the same layout as a channel written by put (below):
 //              [32 bytes for the receiver's alloc header | free | message | footer]
-// The receiver writes delivered and freed; the sender reads them only when what it last
-// read does not let it write (about once per lap of the slots).
+// The receiver writes delivered and freed. The sender reads freed when what it last read
+// does not let it write (about once per lap of the slots), and delivered for the order gate,
+// for a skip, and for the short channel's drained policy unless the mark of the receiver's
+// last message back to it said everything was taken (one-way traffic reads it per message).
 //
 // Both sides walk the slots in turn. Message k (counting from 0) goes into the next slot
 // whose last message was freed; a slot still held by a handler is skipped, and the sender
