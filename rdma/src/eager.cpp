@@ -67,7 +67,7 @@ void eager_rx::take_back(void* storage, std::size_t) noexcept {
 // and skips are written only when a slot follows them, so a correct sender never skips a
 // whole lap. What the receiver freed is read again only when the slot at `at` is not known
 // to be free (in a steady flow once per lap: the words of 16 slots share a line), and its
-// `delivered` only when a slot must be skipped or was skipped last time.
+// `delivered` only when that slot is still not free after that read.
 std::optional<std::uint32_t> eager_tx::claim_slot(std::uint64_t taken) noexcept {
     const std::uint32_t n = seg.slots();
     // A slot's message was freed (and so taken); a skip in its footer must have been passed.

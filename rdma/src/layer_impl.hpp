@@ -79,7 +79,7 @@ struct eager_rx final : alloc::chunk_owner {
     std::uint32_t handle = 0;  // the sender's persistent handle, if any
 
     /// A handler freed a slot's message: the slot is free, its credit back with the sender
-    /// (one store to the segment's `freed`).
+    /// (one store to the segment's `freed`; `held` assumes the PE's own thread).
     void take_back(void* storage, std::size_t) noexcept override;
     const char* name() const noexcept override {
         return kind == eager_kind::short_slots ? "eager short slot" : "eager long buffer";
