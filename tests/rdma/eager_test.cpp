@@ -19,6 +19,7 @@
 #include <deque>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -272,6 +273,48 @@ int take_one(node& n, std::size_t size, std::size_t seed, void** keep = nullptr)
     else
         alloc::msg_free(a.msg);
     return good ? 0 : 21;
+}
+
+// Creates a persistent handle to `to` for messages of up to `bytes`, waits for the receiver's
+// answer, and uses it for the following sends: 0, 13 (no answer) or 14 (not `want`).
+int use_new_persistent(node& n, std::uint32_t to, std::uint32_t bytes, layer::persistent_state want,
+                       std::uint32_t& h) {
+    h = n.rdma->persistent_create(to, bytes);
+    if (!n.wait_for(
+            [&] { return n.rdma->persistent_status(h) != layer::persistent_state::pending; }))
+        return 13;
+    if (n.rdma->persistent_status(h) != want) return 14;
+    const std::uint32_t use[] = {h};
+    n.rdma->persistent_use(use);
+    return 0;
+}
+
+// Takes sizes.size() messages in order, checking each; keeps the first that came in memory
+// of `owner` (an eager slot or buffer) to the end and frees the rest at once. Returns 0 or
+// the failing check; `after` counts the messages in `owner`'s memory that came after it.
+int receive_keeping_one(node& n, const std::vector<std::size_t>& sizes, std::string_view owner,
+                        std::size_t& after) {
+    void* kept = nullptr;
+    std::size_t kept_k = 0;
+    after = 0;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+        if (!n.wait_messages(1, 60s)) return 20;
+        const arrived a = n.inbox.front();
+        n.inbox.pop_front();
+        if (a.size != sizes[k] || !check(a.msg, a.size, k)) return 21;
+        const bool in_owner = std::string_view(alloc::msg_owner(a.msg).name()) == owner;
+        if (!kept && in_owner) {
+            kept = a.msg;
+            kept_k = k;
+            continue;
+        }
+        after += kept && in_owner;
+        alloc::msg_free(a.msg);
+    }
+    if (!kept) return 22;
+    const bool intact = check(kept, sizes[kept_k], kept_k);
+    alloc::msg_free(kept);
+    return intact ? 0 : 24;
 }
 
 int receive_checked(node& n, const std::vector<std::size_t>& sizes, std::size_t batch,
@@ -691,25 +734,8 @@ TEST_P(eager, a_kept_slot_holds_only_itself_and_the_other_slots_go_on) {
             return st.no_credit <= 4 && st.sends >= 25 ? 0 : 26;
         },
         [&](node& n, const std::function<void()>&) {
-            void* kept = nullptr;
-            std::size_t kept_k = 0;
-            for (std::size_t k = 0; k < sizes.size(); ++k) {
-                if (!n.wait_messages(1, 60s)) return 20;
-                const arrived a = n.inbox.front();
-                n.inbox.pop_front();
-                if (a.size != sizes[k] || !check(a.msg, a.size, k)) return 21;
-                if (!kept &&
-                    std::string_view(alloc::msg_owner(a.msg).name()) == "eager short slot") {
-                    kept = a.msg;  // the first message that came in a slot, kept to the end
-                    kept_k = k;
-                } else {
-                    alloc::msg_free(a.msg);
-                }
-            }
-            if (!kept) return 22;
-            const bool intact = check(kept, sizes[kept_k], kept_k);
-            alloc::msg_free(kept);
-            return intact ? 0 : 24;
+            std::size_t after = 0;
+            return receive_keeping_one(n, sizes, "eager short slot", after);
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
@@ -735,16 +761,11 @@ TEST_P(eager, a_persistent_handle_carries_halos_and_is_destroyed) {
     const auto r = run_pair(
         _opt,
         [&](node& n, const std::function<void()>&) {
-            const auto h = n.rdma->persistent_create(1, 64 << 10);
-            if (!n.wait_for([&] {
-                    return n.rdma->persistent_status(h) != layer::persistent_state::pending;
-                }))
-                return 13;
             // Shared-memory buffers on the same host, the receiver's own memory over the
             // connection to another host: open either way.
-            if (n.rdma->persistent_status(h) != layer::persistent_state::open) return 14;
-            const std::uint32_t use[] = {h};
-            n.rdma->persistent_use(use);
+            std::uint32_t h = 0;
+            if (const int rc = use_new_persistent(n, 1, 64 << 10, layer::persistent_state::open, h))
+                return rc;
             std::vector<std::size_t> halos(sizes.begin(), sizes.end() - 1);
             if (const int rc = send_paced(n, 1, halos)) return rc;
             n.rdma->persistent_destroy(h);
@@ -778,43 +799,20 @@ TEST_P(eager, a_kept_long_buffer_holds_only_itself_and_nothing_is_lost) {
     const auto r = run_pair(
         _opt,
         [&](node& n, const std::function<void()>&) {
-            const auto h = n.rdma->persistent_create(1, 4096);
-            if (!n.wait_for([&] {
-                    return n.rdma->persistent_status(h) != layer::persistent_state::pending;
-                }))
-                return 13;
-            if (n.rdma->persistent_status(h) != layer::persistent_state::open) return 14;
-            const std::uint32_t use[] = {h};
-            n.rdma->persistent_use(use);
+            std::uint32_t h = 0;
+            if (const int rc = use_new_persistent(n, 1, 4096, layer::persistent_state::open, h))
+                return rc;
             if (const int rc = send_paced(n, 1, sizes)) return rc;
             n.rdma->persistent_destroy(h);
             return 0;
         },
         [&](node& n, const std::function<void()>&) {
-            void* kept = nullptr;
-            std::size_t kept_k = 0, after = 0;
-            for (std::size_t k = 0; k < sizes.size(); ++k) {
-                if (!n.wait_messages(1, 60s)) return 20;
-                const arrived a = n.inbox.front();
-                n.inbox.pop_front();
-                if (a.size != sizes[k] || !check(a.msg, a.size, k)) return 21;
-                const bool in_buffer =
-                    std::string_view(alloc::msg_owner(a.msg).name()) == "eager long buffer";
-                if (!kept && in_buffer) {
-                    kept = a.msg;  // the first message that came in a buffer, kept to the end
-                    kept_k = k;
-                    continue;
-                }
-                after += kept && in_buffer;
-                alloc::msg_free(a.msg);
-            }
-            if (!kept) return 22;
-            const bool intact = check(kept, sizes[kept_k], kept_k);
-            alloc::msg_free(kept);
+            std::size_t after = 0;
+            if (const int rc = receive_keeping_one(n, sizes, "eager long buffer", after)) return rc;
             std::fprintf(stderr, "PE 1: %zu messages in the other buffers after keeping one\n",
                          after);
             // Every credit held back behind the kept buffer would allow two more at most.
-            return !intact ? 24 : after >= 10 ? 0 : 26;
+            return after >= 10 ? 0 : 26;
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
@@ -827,14 +825,10 @@ TEST_P(eager, a_receiver_without_resources_refuses_and_sends_fall_back) {
     const auto r = run_pair(
         opt,
         [&](node& n, const std::function<void()>&) {
-            const auto h = n.rdma->persistent_create(1, 32 << 10);
-            if (!n.wait_for([&] {
-                    return n.rdma->persistent_status(h) != layer::persistent_state::pending;
-                }))
-                return 13;
-            if (n.rdma->persistent_status(h) != layer::persistent_state::refused) return 14;
-            const std::uint32_t use[] = {h};
-            n.rdma->persistent_use(use);
+            std::uint32_t h = 0;
+            if (const int rc =
+                    use_new_persistent(n, 1, 32 << 10, layer::persistent_state::refused, h))
+                return rc;
             return send_paced(n, 1, sizes);
         },
         [&](node& n, const std::function<void()>&) {
