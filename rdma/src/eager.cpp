@@ -89,15 +89,11 @@ std::optional<std::uint32_t> eager_tx::claim_slot(std::uint64_t taken) noexcept 
             return std::nullopt;  // not passed by the receiver: no skip over it
     }
     if (!slot) return std::nullopt;
-    const std::uint64_t k = written;
-    for (std::uint32_t s = at; s != *slot; s = (s + 1) % n) {
-        // Held by a handler: the message goes further on, and this footer says so.
-        seg.footer_word(s).store(
-            eager_footer::encode(eager_sentinel::skip, static_cast<std::uint16_t>(k), 0),
-            std::memory_order_relaxed);
-        seg.footer_mark(s).store(eager_mark(k, taken), std::memory_order_release);
-        marked[s] = k + 1;
-    }
+    // Held by handlers: the message goes further on, and these footers say so.
+    const std::uint64_t skip =
+        eager_footer::encode(eager_sentinel::skip, static_cast<std::uint16_t>(written), 0);
+    for (std::uint32_t s = at; s != *slot; s = (s + 1) % n)
+        write_footer(s, skip, taken);
     return slot;
 }
 
@@ -176,17 +172,15 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
         ++eager.no_credit;
         return false;  // every slot is held: the stream path carries it (after the channel)
     }
-    const std::uint64_t k = c->written;
     std::memcpy(c->seg.message(*slot, size), buf, size);
-    c->seg.footer_word(*slot).store(
-        eager_footer::encode(eager_sentinel::data, static_cast<std::uint16_t>(k), size),
-        std::memory_order_relaxed);
-    // The mark last, with release; it carries what we took from dest's channel to us, so its
-    // next send there need not read our counter (drained_hinted).
-    c->seg.footer_mark(*slot).store(eager_mark(k, taken), std::memory_order_release);
-    c->marked[*slot] = c->data[*slot] = k + 1;
-    c->at = (*slot + 1) % c->seg.slots();
-    c->written = k + 1;
+    // The mark carries what we took from dest's channel to us, so its next send there need
+    // not read our counter (drained_hinted).
+    c->write_footer(
+        *slot,
+        eager_footer::encode(eager_sentinel::data, static_cast<std::uint16_t>(c->written), size),
+        taken);
+    c->data[*slot] = c->written + 1;
+    c->wrote(*slot);
     p.gate = c;
     ++eager.sends;
     if (trace::enabled())
@@ -725,15 +719,10 @@ bool layer::inject_bad_eager_footer(std::uint32_t dest, footer_fault fault) {
     // yet would destroy a good message (the test then lost one under load).
     const auto slot = c->claim_slot(0);
     if (!slot) return false;
-    const std::uint64_t k = c->written;
     const eager_footer bad =
-        bad_footer_for(fault, static_cast<std::uint16_t>(k), c->seg.capacity());
-    c->seg.footer_word(*slot).store(eager_footer::encode(bad.sentinel, bad.seq, bad.size),
-                                    std::memory_order_relaxed);
-    c->seg.footer_mark(*slot).store(eager_mark(k, 0), std::memory_order_release);
-    c->marked[*slot] = k + 1;
-    c->at = (*slot + 1) % c->seg.slots();
-    c->written = k + 1;
+        bad_footer_for(fault, static_cast<std::uint16_t>(c->written), c->seg.capacity());
+    c->write_footer(*slot, eager_footer::encode(bad.sentinel, bad.seq, bad.size), 0);
+    c->wrote(*slot);
     m.peers[dest].gate = c;
     if (m.peers[dest].out_ring->take_sleeper()) m.peers[dest].out_bell->ring();
     return true;

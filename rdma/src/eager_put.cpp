@@ -54,14 +54,13 @@ std::size_t page_round(std::size_t n) noexcept {
     return (n + 4095) / 4096 * 4096;
 }
 
-// The footer's two words, as our own thread reads and writes them while a peer (or the
-// kernel on its behalf) may write them too.
+// The footer's head and word (eager.hpp, "channels written by one-sided put"), as our own
+// thread reads and writes them while a peer (or the kernel on its behalf) may write them too.
 std::atomic_ref<std::uint64_t> footer_head(std::byte* slot, std::uint32_t stride) noexcept {
-    return std::atomic_ref<std::uint64_t>(
-        *reinterpret_cast<std::uint64_t*>(slot + stride - eager_footer_size));
+    return eager_footer_at(slot, stride, 0);
 }
 std::atomic_ref<std::uint64_t> footer_word(std::byte* slot, std::uint32_t stride) noexcept {
-    return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(slot + stride - 8));
+    return eager_footer_at(slot, stride, 1);
 }
 
 std::uint16_t sentinel_of(std::uint64_t word) noexcept {

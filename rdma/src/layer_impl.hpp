@@ -123,6 +123,17 @@ struct eager_tx {
     /// The slot message `written` goes to, with the skips up to it written (eager.cpp);
     /// nullopt when no slot is free and passed by the receiver: no credit.
     std::optional<std::uint32_t> claim_slot(std::uint64_t taken) noexcept;
+    /// Publishes slot `s`'s footer for message `written`: `word`, then the mark with release.
+    void write_footer(std::uint32_t s, std::uint64_t word, std::uint64_t taken) noexcept {
+        seg.footer_word(s).store(word, std::memory_order_relaxed);
+        seg.footer_mark(s).store(eager_mark(written, taken), std::memory_order_release);
+        marked[s] = written + 1;
+    }
+    /// Message `written` went into slot `s`: the walk and the count go on past it.
+    void wrote(std::uint32_t s) noexcept {
+        at = (s + 1) % seg.slots();
+        ++written;
+    }
 };
 
 /// Credits a receiver owes one sender for slots its handlers freed, over a connection: they

@@ -103,6 +103,14 @@ constexpr std::uint32_t eager_slot_stride(std::uint32_t capacity) noexcept {
     return (32u + body + eager_footer_size + 63u) / 64u * 64u;
 }
 
+/// One of the two 64-bit words of the footer at the end of a slot of `stride` bytes (0 the
+/// first, 1 the last), in both kinds of channel.
+inline std::atomic_ref<std::uint64_t> eager_footer_at(std::byte* slot, std::uint32_t stride,
+                                                      unsigned word) noexcept {
+    return std::atomic_ref<std::uint64_t>(
+        *reinterpret_cast<std::uint64_t*>(slot + stride - eager_footer_size + 8 * word));
+}
+
 /// Where a message of `size` bytes (1..capacity) starts in its slot: 16-byte aligned, its
 /// padded end at the footer, and room for the 32-byte alloc header in front of it.
 constexpr std::uint32_t eager_message_offset(std::uint32_t stride, std::uint32_t size) noexcept {
@@ -191,12 +199,10 @@ public:
     }
     /// The footer's word and mark of slot `i`.
     std::atomic_ref<std::uint64_t> footer_word(std::uint32_t i) const noexcept {
-        return std::atomic_ref<std::uint64_t>(
-            *reinterpret_cast<std::uint64_t*>(slot(i) + _stride - eager_footer_size));
+        return eager_footer_at(slot(i), _stride, 0);
     }
     std::atomic_ref<std::uint64_t> footer_mark(std::uint32_t i) const noexcept {
-        return std::atomic_ref<std::uint64_t>(
-            *reinterpret_cast<std::uint64_t*>(slot(i) + _stride - eager_footer_size + 8));
+        return eager_footer_at(slot(i), _stride, 1);
     }
     /// Where a message of `size` bytes starts in slot `i`.
     std::byte* message(std::uint32_t i, std::uint32_t size) const noexcept {
