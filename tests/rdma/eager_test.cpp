@@ -662,8 +662,19 @@ TEST_P(eager, a_handler_that_keeps_slot_messages_makes_the_sender_fall_back) {
     const auto r = run_pair(
         _opt,
         [&](node& n, const std::function<void()>&) {
-            const int rc = send_paced(n, 1, sizes);
-            if (rc) return rc;
+            // The first messages open the channel; the rest wait for it, so that a loaded
+            // machine's late channel cannot leave its credits unspent (this failed under
+            // ctest -j2: every message had gone before the channel came).
+            const std::size_t opening = 4;
+            if (const int rc = send_numbered(
+                    n, 1, std::vector<std::size_t>(sizes.begin(), sizes.begin() + opening)))
+                return rc;
+            if (!n.wait_for([&] { return n.rdma->eager_stats().writing > 0; }))
+                return 30;  // the receiver never opened a channel to us
+            if (const int rc = send_numbered(
+                    n, 1, std::vector<std::size_t>(sizes.begin() + opening, sizes.end()), 4,
+                    opening))
+                return rc;
             // Every credit was taken at some point: the stream path carried the rest.
             return n.rdma->eager_stats().no_credit > 0 ? 0 : 13;
         },

@@ -310,14 +310,16 @@ inline int wait_sent(node& n, std::vector<recorded_send>& done) {
     return 0;
 }
 
+/// Sends sizes[k] with seed first_seed + k, pausing 1 ms every `pause_every` messages;
+/// waits for every completion.
 inline int send_numbered(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes,
-                         std::size_t pause_every = 0) {
+                         std::size_t pause_every = 0, std::size_t first_seed = 0) {
     std::vector<recorded_send> done(sizes.size());
     std::vector<void*> bufs;
     for (std::size_t k = 0; k < sizes.size(); ++k) {
         void* m = alloc::msg_alloc(sizes[k]);
         if (!m) return 10;
-        fill(m, sizes[k], k);
+        fill(m, sizes[k], first_seed + k);
         bufs.push_back(m);
         n.rdma->send(to, static_cast<const std::byte*>(m), static_cast<std::uint32_t>(sizes[k]),
                      false, 0, &done[k]);
