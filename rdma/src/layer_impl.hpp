@@ -438,6 +438,10 @@ struct layer::impl {
     /// and it fits; else false and nothing done.
     bool ring_write_now(std::uint32_t dest, net::frame_type type, bool broadcast,
                         std::uint32_t root, std::span<const std::byte> bytes) noexcept;
+    /// A message in the middle of a burst on `dest`'s ring straight into it, when the loop
+    /// has not turned since its consumer was last seen behind (so no channel would take it);
+    /// else false and nothing done.
+    bool ring_burst_write(std::uint32_t dest, const std::byte* buf, std::uint32_t size) noexcept;
     bool ring_pump(std::uint32_t dest);
     bool ring_poll();
     bool ring_try_sleep();
