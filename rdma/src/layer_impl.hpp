@@ -444,6 +444,8 @@ struct layer::impl {
     bool ring_burst_write(std::uint32_t dest, const std::byte* buf, std::uint32_t size) noexcept;
     bool ring_pump(std::uint32_t dest);
     bool ring_poll();
+    /// A whole message from `p`'s ring went up: the busy-sender window counts it.
+    void note_ring_message(std::uint32_t p);
     bool ring_try_sleep();
     void ring_wake();
     static task<void> bell_task(impl* self);

@@ -51,6 +51,11 @@ bool is_message(std::uint8_t type) noexcept {
     return type == 0 || type == static_cast<std::uint8_t>(net::frame_type::standard);
 }
 
+// The flags of a record that is a whole point-to-point message, as ring_write_now and
+// ring_burst_write write it.
+constexpr std::uint16_t whole_message =
+    shm_flags::with_type(shm_flags::first, static_cast<std::uint8_t>(net::frame_type::standard));
+
 }  // namespace
 
 void layer::impl::shm_create() {
@@ -170,9 +175,8 @@ bool layer::impl::ring_burst_write(std::uint32_t dest, const std::byte* buf,
         !eager.current.empty() || size > cfg.medium_boundary || size > p.out_ring->max_chunk() ||
         p.out_ring->consumer_caught_up_if(false))
         return false;
-    constexpr std::uint16_t flags = shm_flags::with_type(
-        shm_flags::first, static_cast<std::uint8_t>(net::frame_type::standard));
-    if (!p.out_ring->try_write(std::span<const std::byte>(buf, size), size, flags, 0)) return false;
+    if (!p.out_ring->try_write(std::span<const std::byte>(buf, size), size, whole_message, 0))
+        return false;
     if (p.eager_out) ++eager.order_waits;  // counted as eager_send would have
     if (p.out_ring->take_sleeper()) p.out_bell->ring();
     return true;
@@ -250,6 +254,17 @@ void layer::impl::refresh_ring_sources() {
         if (peers[p].in_ring) ring_sources.push_back(p);
 }
 
+void layer::impl::note_ring_message(std::uint32_t p) {
+    peer& in = peers[p];
+    if (!cfg.eager || in.eager_in) return;
+    // Counted inline; the busy-sender window is judged at its first and its THRESHOLD-th
+    // message.
+    if (in.window_count != 0 && in.window_count + 1 < cfg.eager_threshold)
+        ++in.window_count;
+    else
+        eager_note_stream_message(p);
+}
+
 bool layer::impl::ring_drain(std::uint32_t p) {
     peer& in = peers[p];
     bool did = false;
@@ -263,6 +278,19 @@ bool layer::impl::ring_drain(std::uint32_t p) {
             break;
         }
         did = true;
+        // The common record: a whole point-to-point message in one chunk.
+        if (rec->flags == whole_message && rec->total == rec->chunk.size() && !in.assembling)
+            [[likely]] {
+            void* msg = alloc::msg_alloc(std::max<std::uint32_t>(rec->total, 1));
+            if (!msg)
+                up.on_fatal("out of memory receiving " + std::to_string(rec->total) + " bytes");
+            std::memcpy(msg, rec->chunk.data(), rec->chunk.size());
+            const std::uint32_t total = rec->total, tag = rec->tag;
+            in.in_ring->consume();
+            deliver(p, msg, total, false, tag);
+            note_ring_message(p);
+            continue;
+        }
         const std::uint8_t type = shm_flags::type_of(rec->flags);
         const bool broadcast = (rec->flags & shm_flags::broadcast) != 0;
         if (!is_message(type)) {
@@ -295,14 +323,7 @@ bool layer::impl::ring_drain(std::uint32_t p) {
         if (in.filled < in.total) continue;
         void* msg = std::exchange(in.assembling, nullptr);
         deliver(p, msg, in.total, (in.flags & shm_flags::broadcast) != 0, in.tag);
-        if (cfg.eager && !in.eager_in) {
-            // Counted inline; the busy-sender window is judged at its first and its
-            // THRESHOLD-th message.
-            if (in.window_count != 0 && in.window_count + 1 < cfg.eager_threshold)
-                ++in.window_count;
-            else
-                eager_note_stream_message(p);
-        }
+        note_ring_message(p);
     }
     return did;
 }
