@@ -471,6 +471,7 @@ struct layer::impl {
     bool shm_wanted = false;
     bool shm_failed = false;
     bool ring_failure_said = false;
+    bool heavy_fence_failure_said = false;  // ring_try_sleep: said once
 
     // ---- eager channels (eager.cpp) ------------------------------------------------------
     eager_state eager;

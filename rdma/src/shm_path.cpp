@@ -331,14 +331,29 @@ bool layer::impl::ring_drain(std::uint32_t p) {
 bool layer::impl::ring_try_sleep() {
     if (ring_queued) return false;  // still pumping into a full ring: keep polling
     if (eager_pending()) return false;
-    for (std::size_t i = 0; i < peers.size(); ++i) {
-        if (!peers[i].in_ring) continue;
-        if (!peers[i].in_ring->prepare_sleep()) {
-            for (std::size_t j = 0; j < i; ++j)
-                if (peers[j].in_ring) peers[j].in_ring->cancel_sleep();
+    // Announce in every ring, fence once (the heavy fence where the producers rely on it,
+    // shm_ring.hpp; a system call, so once for all rings), then look at each ring again.
+    bool heavy = false;
+    for (auto& p : peers)
+        if (p.in_ring) {
+            p.in_ring->announce_sleep();
+            heavy |= p.in_ring->heavy_sleep_fence();
+        }
+    if (!shm_sleep_fence_now(heavy)) {
+        // Our producers do not fence, so without it a record could go unseen: keep polling.
+        if (!heavy_fence_failure_said)
+            up.on_notice("coverse: PE " + std::to_string(cfg.rank) +
+                         ": the membarrier system call failed; this PE polls its "
+                         "shared-memory rings instead of sleeping\n");
+        heavy_fence_failure_said = true;
+        ring_wake();
+        return false;
+    }
+    for (auto& p : peers)
+        if (p.in_ring && !p.in_ring->sleep_allowed()) {
+            ring_wake();
             return false;
         }
-    }
     // An eager writer checks the same ring's sleep flag after its footer (eager_send): the
     // flag is up and fenced now, so a message written before it is seen here.
     if (eager_pending()) {

@@ -3,10 +3,12 @@
 #include <coverse/rdma/shm_ring.hpp>
 
 #include <fcntl.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,7 +21,7 @@ namespace coverse::rdma {
 
 namespace {
 
-constexpr std::uint32_t ring_magic = 0x3252'5643;  // "CVR2": records published in-band
+constexpr std::uint32_t ring_magic = 0x3352'5643;  // "CVR3": records in-band, the fence flag
 constexpr std::size_t record_header = detail::shm_record_header;
 constexpr std::size_t min_capacity = 64 * 1024;
 
@@ -58,7 +60,8 @@ shm_ring::shm_ring(shm_ring&& o) noexcept
       _seen_head(o._seen_head),
       _pending_advance(o._pending_advance),
       _linked(std::exchange(o._linked, false)),
-      _corrupt(o._corrupt) {}
+      _corrupt(o._corrupt),
+      _light_wake(o._light_wake) {}
 
 shm_ring& shm_ring::operator=(shm_ring&& o) noexcept {
     if (this != &o) {
@@ -73,7 +76,7 @@ shm_ring::~shm_ring() {
     if (_h) ::munmap(_h, _map_bytes);
 }
 
-shm_ring shm_ring::create(const std::string& name, std::size_t capacity) {
+shm_ring shm_ring::create(const std::string& name, std::size_t capacity, shm_sleep_fence fence) {
     const std::size_t cap = power_of_two_at_least(capacity);
     const std::size_t bytes = sizeof(shm_ring_header) + cap;
     const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -100,6 +103,8 @@ shm_ring shm_ring::create(const std::string& name, std::size_t capacity) {
     h->head.store(0, std::memory_order_relaxed);
     h->consumer_sleeping.store(0, std::memory_order_relaxed);
     h->capacity = cap;
+    h->consumer_heavy_fence =
+        fence == shm_sleep_fence::automatic && shm_heavy_fence_ready() ? 1u : 0u;
     std::atomic_thread_fence(std::memory_order_release);
     h->magic = ring_magic;
     shm_ring r(name, p, bytes);
@@ -130,7 +135,10 @@ shm_ring shm_ring::open(const std::string& name) {
         ::munmap(p, bytes);
         fail(EPROTO, "the shared-memory ring " + name + " is not a coverse ring of this version");
     }
-    return shm_ring(name, p, bytes);
+    shm_ring r(name, p, bytes);
+    // Without our own registration the consumer's heavy fence would not reach our CPU.
+    r._light_wake = h->consumer_heavy_fence != 0 && shm_heavy_fence_ready();
+    return r;
 }
 
 void shm_ring::unlink() noexcept {
@@ -194,9 +202,16 @@ bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, 
 }
 
 bool shm_ring::take_sleeper() noexcept {
-    // Pairs with the fence in prepare_sleep(): either the consumer sees our record before it
-    // sleeps, or we see it sleeping and wake it (both sides fence).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // Pairs with the consumer's fence before its last look (shm_sleep_fence_now): either it
+    // sees our record before it sleeps, or we see it sleeping and wake it. With the heavy
+    // fence there, the compiler's order is enough here: the consumer's membarrier runs a
+    // full barrier on our CPU between its announcement and its look, so our record is
+    // visible to that look or our read comes after the announcement. A full fence per
+    // record cost the 8 B rate ~25% (it waits for the record's cache line to arrive).
+    if (_light_wake)
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+    else
+        std::atomic_thread_fence(std::memory_order_seq_cst);
     return _h->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
            _h->consumer_sleeping.exchange(0) != 0;
 }
@@ -206,12 +221,48 @@ bool shm_ring::empty() const noexcept {
 }
 
 bool shm_ring::prepare_sleep() noexcept {
-    _h->consumer_sleeping.store(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    announce_sleep();
+    if (!shm_sleep_fence_now(heavy_sleep_fence())) {
+        cancel_sleep();
+        return false;
+    }
+    return sleep_allowed();
+}
+
+bool shm_ring::sleep_allowed() noexcept {
     if (!empty()) {
         cancel_sleep();
         return false;
     }
+    return true;
+}
+
+namespace {
+int membarrier(int cmd) noexcept {
+    return static_cast<int>(::syscall(__NR_membarrier, cmd, 0u, 0));
+}
+}  // namespace
+
+bool shm_heavy_fence_ready() noexcept {
+    // Once per process: the command must exist, and this process must be registered for it
+    // (it then reaches our CPU when another process runs it). A kernel without it, or a
+    // sandbox that refuses the call, leaves every ring on full fences.
+    static const bool ready = [] {
+        const int cmds = membarrier(MEMBARRIER_CMD_QUERY);
+        return cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
+               (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0 &&
+               membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+    }();
+    return ready;
+}
+
+bool shm_heavy_fence() noexcept {
+    return membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
+}
+
+bool shm_sleep_fence_now(bool heavy) noexcept {
+    if (heavy) return shm_heavy_fence();  // a full barrier here too (the system call)
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     return true;
 }
 

@@ -16,8 +16,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -829,6 +831,84 @@ TEST(shm_ring, an_impossible_record_header_is_reported_as_corrupt) {
     assigned = std::move(moved);
     EXPECT_TRUE(assigned->corrupt());
     ::munmap(p, map_bytes);
+}
+
+// ---- the sleep fence ---------------------------------------------------------------------
+
+// Where the kernel has membarrier's global expedited command, a ring's consumer fences every
+// registered CPU before it sleeps, and its producers order a record before their read of the
+// sleep flag with the compiler alone; a consumer made with the full fence keeps its producers
+// on a full fence per record.
+TEST(shm_ring, the_producer_fences_per_record_only_when_its_consumer_does_not_fence_heavily) {
+    for (const auto mode : {shm_sleep_fence::automatic, shm_sleep_fence::full}) {
+        shm_name n;
+        auto consumer = shm_ring::create(n.name, min_capacity, mode);
+        auto producer = shm_ring::open(n.name);
+        const bool heavy = mode == shm_sleep_fence::automatic && shm_heavy_fence_ready();
+        EXPECT_EQ(consumer.heavy_sleep_fence(), heavy);
+        EXPECT_EQ(producer.light_wake(), heavy);
+        // The handshake is the same either way.
+        ASSERT_TRUE(consumer.prepare_sleep());
+        ASSERT_TRUE(write_seq(producer, 0, 40));
+        EXPECT_TRUE(producer.take_sleeper());
+        ASSERT_TRUE(next_is(consumer, 0, 40));
+    }
+    if (!shm_heavy_fence_ready())
+        std::fprintf(stderr, "note: no membarrier global expedited here; full fences only\n");
+}
+
+// A consumer that sleeps whenever its ring is empty and a producer that writes with uneven
+// pauses, so that sleeps begin at every point of a write: every record arrives in order and
+// every sleep is ended by the doorbell (a lost wake-up leaves the consumer asleep with a
+// record waiting: it gives up after 5 s and the test fails). With either fence.
+TEST(shm_ring, a_consumer_that_sleeps_whenever_it_can_is_woken_for_every_record) {
+    for (const auto mode : {shm_sleep_fence::automatic, shm_sleep_fence::full}) {
+        SCOPED_TRACE(mode == shm_sleep_fence::full ? "full fence" : "automatic fence");
+        shm_name n;
+        fifo_path f;
+        auto consumer = shm_ring::create(n.name, min_capacity, mode);
+        auto bell = shm_doorbell::create(f.path);
+        constexpr std::uint64_t count = 20000;
+        constexpr std::size_t size = 24;
+        std::atomic<bool> stop{false};
+        std::thread producing([&] {
+            auto producer = shm_ring::open(n.name);
+            auto ringer = shm_doorbell::open(f.path);
+            std::minstd_rand rng(7);
+            for (std::uint64_t seq = 0; seq < count && !stop.load(); ++seq) {
+                const auto bytes = record_bytes(seq, size);
+                while (!producer.try_write(bytes, size, shm_flags::first, 0))
+                    if (stop.load()) return;
+                if (producer.take_sleeper()) ringer.ring();
+                for (unsigned spin = rng() % 4000; spin > 0; --spin)
+                    asm volatile("" ::: "memory");
+                if (rng() % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+            }
+        });
+        std::uint64_t next = 0, sleeps = 0;
+        std::string error;
+        while (next < count && error.empty()) {
+            if (auto rec = consumer.peek()) {
+                if (rec->chunk.size() != size || !same_bytes(rec->chunk, record_bytes(next, size)))
+                    error = "record " + std::to_string(next) + " came wrong";
+                consumer.consume();
+                ++next;
+                continue;
+            }
+            if (!consumer.prepare_sleep()) continue;
+            ++sleeps;
+            if (poll_readable(bell.fd(), 5000) != 1)
+                error = "asleep for 5 s after record " + std::to_string(next) +
+                        (consumer.peek() ? " with the next one waiting (a lost wake-up)"
+                                         : " and nothing came");
+            bell.drain();
+        }
+        stop.store(true);
+        producing.join();
+        EXPECT_EQ(error, "");
+        EXPECT_EQ(next, count);
+        EXPECT_GT(sleeps, 0u);
+    }
 }
 
 }  // namespace

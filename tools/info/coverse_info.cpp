@@ -16,6 +16,7 @@
 #include <coverse/net/transport.hpp>
 #include <coverse/rdma/layer.hpp>
 #include <coverse/rdma/protocols.hpp>
+#include <coverse/rdma/shm_ring.hpp>
 #include <coverse/rdma/verbs.hpp>
 #include <coverse/runtime/reactor.hpp>
 #include <coverse/runtime/scheduler.hpp>
@@ -257,6 +258,12 @@ void print_overview(const std::vector<setting_row>& rows,
     } catch (const std::exception& e) {
         std::printf("protocols     cannot be shown: %s\n", e.what());
     }
+    std::printf("shm wake-up   %s\n",
+                coverse::rdma::shm_heavy_fence_ready()
+                    ? "membarrier (global expedited): a sleeping PE's senders fence nothing "
+                      "per message"
+                    : "full fences: membarrier's global expedited command is unavailable here "
+                      "(each same-host message pays a fence)");
     std::printf("cores         %u online, %u usable by this process\n", cores.online, cores.usable);
 
     std::size_t from_env = 0, from_command_line = 0;
@@ -386,6 +393,8 @@ void print_json(const std::vector<setting_row>& rows, const std::vector<std::str
                 quoted(rdma.verbs_usable ? "" : rdma.verbs_line).c_str());
     std::printf("           \"provider\": %s, \"protocols\": [%s]},\n", quoted(choice).c_str(),
                 protocols.c_str());
+    std::printf("  \"shm_sleep_fence\": %s,\n",
+                quoted(coverse::rdma::shm_heavy_fence_ready() ? "membarrier" : "full").c_str());
     std::printf("  \"cores\": {\"online\": %u, \"usable\": %u},\n", cores.online, cores.usable);
     std::printf("  \"settings\": {\n");
     for (std::size_t i = 0; i < rows.size(); ++i) {

@@ -36,7 +36,23 @@ struct shm_ring_header {
     alignas(64) std::atomic<std::uint32_t> consumer_sleeping;
     std::uint32_t magic;
     std::uint64_t capacity;  // data bytes, a power of two, after this header
+    /// 1: the consumer fences every registered process's CPU before it sleeps
+    /// (shm_heavy_fence), so a registered producer needs no fence of its own per record.
+    std::uint32_t consumer_heavy_fence;
 };
+
+/// How a ring's consumer orders its sleep announcement before its last look at the ring.
+enum class shm_sleep_fence {
+    automatic,  // a heavy fence (membarrier) where the kernel has it, else a full fence
+    full,       // a full fence, which every producer must pair with one per record
+};
+
+/// True when this process can fence the CPUs of every cooperating process at once
+/// (membarrier's global expedited command; registered at the first call). Then a producer
+/// orders its record before its read of the sleep flag with a compiler barrier alone.
+bool shm_heavy_fence_ready() noexcept;
+/// Runs that fence; false when it failed (then no consumer may rely on it to sleep).
+bool shm_heavy_fence() noexcept;
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "the ring needs lock-free 64-bit atomics to be shared between processes");
 
@@ -97,7 +113,8 @@ class shm_ring {
 public:
     /// Creates and maps `/name` with `capacity` data bytes (rounded up to a power of two,
     /// at least 64 KiB, at most 1 GiB). Throws std::system_error naming the object and the fix.
-    static shm_ring create(const std::string& name, std::size_t capacity);
+    static shm_ring create(const std::string& name, std::size_t capacity,
+                           shm_sleep_fence fence = shm_sleep_fence::automatic);
     /// Maps an existing ring; throws std::system_error naming it.
     static shm_ring open(const std::string& name);
     shm_ring(shm_ring&& o) noexcept;
@@ -157,7 +174,17 @@ public:
     }
     bool empty() const noexcept;
     /// Announces sleep; returns false (and takes it back) if a record arrived meanwhile.
+    /// announce_sleep(), the fence, sleep_allowed() for one ring.
     bool prepare_sleep() noexcept;
+    /// The steps of prepare_sleep(), for a consumer of several rings that fences once for
+    /// all of them: announce in each, then shm_sleep_fence_now(), then ask each.
+    void announce_sleep() noexcept { _h->consumer_sleeping.store(1, std::memory_order_relaxed); }
+    /// After the fence: true if the ring is still empty, else the announcement is taken back.
+    bool sleep_allowed() noexcept;
+    /// This consumer's sleep fence is the heavy one (its producers do not fence).
+    bool heavy_sleep_fence() const noexcept { return _h->consumer_heavy_fence != 0; }
+    /// This producer relies on its consumer's heavy fence (take_sleeper has no fence).
+    bool light_wake() const noexcept { return _light_wake; }
     void cancel_sleep() noexcept;
 
 private:
@@ -203,7 +230,13 @@ private:
     std::uint64_t _pending_advance = 0;  // consumer: size of the record peek() returned
     bool _linked = false;
     bool _corrupt = false;
+    bool _light_wake = false;  // producer: see light_wake()
 };
+
+/// The fence between a consumer's sleep announcements and its last look at its rings: the
+/// heavy one if `heavy` (some ring's producers rely on it), else a full fence. False when the
+/// heavy fence failed: the consumer must not sleep then.
+bool shm_sleep_fence_now(bool heavy) noexcept;
 
 /// A PE's doorbell: a FIFO in /dev/shm that producers write one byte to when the PE sleeps.
 /// The owner polls its fd (with the scheduler's io_uring) and drains it.
