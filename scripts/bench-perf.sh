@@ -180,7 +180,7 @@ for w in "${wanted[@]}"; do
             ;;
         ompi-*)
             if ! bench_have_mpi; then
-                skip "$w" "Open MPI (mpirun, mpicc) is not installed (--install-peers adds it)"
+                skip "$w" "Open MPI (mpirun, mpicc, mpi.h) is not installed (--install-peers adds it)"
                 continue
             fi
             if [ -z "$mpi_perf" ]; then

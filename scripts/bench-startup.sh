@@ -150,7 +150,7 @@ fi
 mpi_prog=
 if [[ " ${impls[*]} " == *" mpirun "* ]]; then
     [ "$install_mpi" = 1 ] && bench_install_mpi bench-startup
-    if bench_have_mpi && echo '#include <mpi.h>' | mpicc -E -x c - >/dev/null 2>&1; then
+    if bench_have_mpi; then
         mpi_prog=$build/mpi_barrier_exit
         mpicc -O2 -o "$mpi_prog" tools/bench/mpi_barrier_exit.c || die "mpicc could not build mpi_barrier_exit"
     else

@@ -16,9 +16,10 @@ bench_cli() {
     note() { echo "$bench_cli_name: $*" >&2; }
 }
 
-# bench_install_mpi PREFIX: installs Debian's Open MPI (mpirun, mpicc) unless mpirun exists.
+# bench_install_mpi PREFIX: installs Debian's Open MPI (mpirun, mpicc, mpi.h) unless it is
+# all there.
 bench_install_mpi() {
-    command -v mpirun >/dev/null && command -v mpicc >/dev/null && return 0
+    bench_have_mpi && return 0
     echo "$1: installing openmpi-bin libopenmpi-dev" >&2
     local sudo=
     [ "$(id -u)" -ne 0 ] && sudo=sudo
@@ -33,10 +34,7 @@ bench_install_mpi() {
 # turns it into a PNG to look at).
 bench_install_peers() {
     local want=()
-    # mpicc comes with openmpi-bin, mpi.h with libopenmpi-dev: check that it compiles.
-    command -v mpirun >/dev/null && command -v mpicc >/dev/null &&
-        echo '#include <mpi.h>' | mpicc -E -x c - >/dev/null 2>&1 ||
-        want+=(openmpi-bin libopenmpi-dev)
+    bench_have_mpi || want+=(openmpi-bin libopenmpi-dev)
     command -v ucx_perftest >/dev/null || want+=(ucx-utils)
     [ ${#want[@]} -eq 0 ] && return 0
     echo "$1: installing ${want[*]}" >&2
@@ -47,9 +45,11 @@ bench_install_peers() {
         "${want[@]}" >/dev/null
 }
 
-# bench_have_mpi: true when both mpirun and mpicc are on PATH.
+# bench_have_mpi: true when mpirun and mpicc are on PATH and mpicc finds mpi.h (mpicc comes
+# with openmpi-bin, mpi.h with libopenmpi-dev: a machine may have only the first).
 bench_have_mpi() {
-    command -v mpirun >/dev/null && command -v mpicc >/dev/null
+    command -v mpirun >/dev/null && command -v mpicc >/dev/null &&
+        echo '#include <mpi.h>' | mpicc -E -x c - >/dev/null 2>&1
 }
 
 # bench_build BUILD_DIR TARGET...: configures (the release preset when BUILD_DIR is
