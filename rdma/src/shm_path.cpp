@@ -51,10 +51,9 @@ bool is_message(std::uint8_t type) noexcept {
     return type == 0 || type == static_cast<std::uint8_t>(net::frame_type::standard);
 }
 
-// The flags of a record that is a whole point-to-point message, as ring_write_now and
-// ring_burst_write write it.
-constexpr std::uint16_t whole_message =
-    shm_flags::with_type(shm_flags::first, static_cast<std::uint8_t>(net::frame_type::standard));
+static_assert(shm_flags::message ==
+              shm_flags::with_type(shm_flags::first,
+                                   static_cast<std::uint8_t>(net::frame_type::standard)));
 
 }  // namespace
 
@@ -175,7 +174,7 @@ bool layer::impl::ring_burst_write(std::uint32_t dest, const std::byte* buf,
         !eager.current.empty() || size > cfg.medium_boundary || size > p.out_ring->max_chunk() ||
         p.out_ring->consumer_caught_up_if(false))
         return false;
-    if (!p.out_ring->try_write(std::span<const std::byte>(buf, size), size, whole_message, 0))
+    if (!p.out_ring->try_write(std::span<const std::byte>(buf, size), size, shm_flags::message, 0))
         return false;
     if (p.eager_out) ++eager.order_waits;  // counted as eager_send would have
     if (p.out_ring->take_sleeper()) p.out_bell->ring();
@@ -279,7 +278,7 @@ bool layer::impl::ring_drain(std::uint32_t p) {
         }
         did = true;
         // The common record: a whole point-to-point message in one chunk.
-        if (rec->flags == whole_message && rec->total == rec->chunk.size() && !in.assembling)
+        if (rec->flags == shm_flags::message && rec->total == rec->chunk.size() && !in.assembling)
             [[likely]] {
             void* msg = alloc::msg_alloc(std::max<std::uint32_t>(rec->total, 1));
             if (!msg)

@@ -149,8 +149,13 @@ void shm_ring::unlink() noexcept {
 bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
                          std::uint32_t tag) noexcept {
     const std::uint64_t cap = _cap;
-    const std::size_t rec = record_header + round_record(chunk.size());
     if (chunk.size() > max_chunk()) return false;
+    // A whole message in one chunk goes as a compact record (its mark says its size); any
+    // other record has the full header.
+    const bool compact = flags == shm_flags::message && total == chunk.size() && tag == 0 &&
+                         chunk.size() < detail::shm_code_skip;
+    const std::size_t rec = compact ? round_record(detail::shm_compact_header + chunk.size())
+                                    : record_header + round_record(chunk.size());
     std::uint64_t tail = _h->tail.load(std::memory_order_relaxed);  // ours
     std::uint64_t off = tail & (cap - 1);
     const std::uint64_t to_end = cap - off;
@@ -164,38 +169,42 @@ bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, 
     }
     // The record, then its mark: everything but the mark first, the mark last with release,
     // so a consumer that reads the mark (acquire) reads the whole record.
-    const auto publish = [this](std::uint64_t at_off, std::uint64_t position) {
+    const auto publish = [this](std::uint64_t at_off, std::uint64_t position, std::uint64_t code) {
         std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(data() + at_off))
-            .store(detail::shm_mark(position), std::memory_order_release);
+            .store(detail::shm_mark(position, code), std::memory_order_release);
     };
     std::uint64_t skip_at = ~std::uint64_t{0}, skip_position = 0;
     if (rec > to_end) {
-        // Records never wrap: pad to the end with a skip record (to_end >= 32: every size
-        // and offset is a multiple of 32). Published after the record behind it, so the
-        // consumer never follows a skip to a record not there yet.
-        const record_head skip{
-            0, static_cast<std::uint32_t>(to_end - record_header), 0, shm_flags::skip, 0, 0, 0};
-        std::memcpy(data() + off, &skip, sizeof skip);
+        // Records never wrap: a skip's mark sends the consumer to the beginning (to_end >= 16:
+        // every size and offset is a multiple of 16). Published after the record behind it,
+        // so the consumer never follows a skip to a record not there yet.
         skip_at = off;
         skip_position = tail;
         tail += to_end;
         off = 0;
     }
-    const record_head head_rec{0, static_cast<std::uint32_t>(chunk.size()), total, flags, 0, tag,
-                               0};
-    std::memcpy(data() + off, &head_rec, sizeof head_rec);
-    if (!chunk.empty()) std::memcpy(data() + off + record_header, chunk.data(), chunk.size());
-    // The next record's header, when that space is free: its mark zeroed now (ordered before
-    // this record's mark), so the consumer reaching it reads "not yet", never stale bytes of
-    // an earlier lap. When it is not free, the position-based mark alone tells them apart.
+    std::uint64_t code = chunk.size();
+    if (compact) {
+        if (!chunk.empty())
+            std::memcpy(data() + off + detail::shm_compact_header, chunk.data(), chunk.size());
+    } else {
+        const record_head head_rec{
+            0, static_cast<std::uint32_t>(chunk.size()), total, flags, 0, tag, 0};
+        std::memcpy(data() + off, &head_rec, sizeof head_rec);
+        if (!chunk.empty()) std::memcpy(data() + off + record_header, chunk.data(), chunk.size());
+        code = detail::shm_code_full;
+    }
+    // The next record's mark, when that space is free: zeroed now (ordered before this
+    // record's mark), so the consumer reaching it reads "not yet", never stale bytes of an
+    // earlier lap. When it is not free, the position in the mark alone tells them apart.
     const std::uint64_t next = tail + rec;
-    if (next + record_header - _seen_head <= cap) {
+    if (next + sizeof(std::uint64_t) - _seen_head <= cap) {
         std::atomic_ref<std::uint64_t>(
             *reinterpret_cast<std::uint64_t*>(data() + (next & (cap - 1))))
             .store(0, std::memory_order_relaxed);
     }
-    publish(off, tail);
-    if (skip_at != ~std::uint64_t{0}) publish(skip_at, skip_position);
+    publish(off, tail, code);
+    if (skip_at != ~std::uint64_t{0}) publish(skip_at, skip_position, detail::shm_code_skip);
     // The producer's own position, for consumer_caught_up() and a consumer about to sleep.
     _h->tail.store(next, std::memory_order_release);
     return true;

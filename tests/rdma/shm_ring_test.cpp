@@ -60,6 +60,27 @@ struct fifo_path {
     ~fifo_path() { ::unlink(path.c_str()); }
 };
 
+// A mapping of our own of a ring's data, to write what a faulty producer would; unmapped when
+// the test ends. `data` is null when the mapping failed.
+struct ring_data_mapping {
+    void* base = MAP_FAILED;
+    std::size_t bytes = 0;
+    std::byte* data = nullptr;
+    ring_data_mapping(const std::string& name, std::size_t capacity)
+        : bytes(sizeof(shm_ring_header) + capacity) {
+        const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+        if (fd < 0) return;
+        base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ::close(fd);
+        if (base != MAP_FAILED) data = static_cast<std::byte*>(base) + sizeof(shm_ring_header);
+    }
+    ring_data_mapping(const ring_data_mapping&) = delete;
+    ring_data_mapping& operator=(const ring_data_mapping&) = delete;
+    ~ring_data_mapping() {
+        if (base != MAP_FAILED) ::munmap(base, bytes);
+    }
+};
+
 bool shm_exists(const std::string& name) {
     const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
     if (fd < 0) return false;
@@ -89,9 +110,10 @@ bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
     return std::ranges::equal(a, b);
 }
 
-// Bytes a record of `chunk` bytes takes in the ring (header, chunk padded to 16).
-std::size_t record_size(std::size_t chunk) {
-    return 16 + ((chunk + 15) & ~std::size_t{15});
+// Bytes a record of `chunk` bytes takes in the ring: a compact one its 8-byte mark and the
+// chunk, a full one its 32-byte header and the chunk, rounded up to 16.
+std::size_t record_size(std::size_t chunk, bool compact) {
+    return compact ? (8 + chunk + 15) / 16 * 16 : 32 + (chunk + 15) / 16 * 16;
 }
 
 // Runs `f` expecting std::system_error; returns it (or nullopt if nothing was thrown).
@@ -183,14 +205,22 @@ TEST(shm_ring, a_chunk_over_max_chunk_is_refused_even_on_an_empty_ring) {
 
 // ---- wrap-around -------------------------------------------------------------------------
 
+// The flags and tag record `seq` is written with: a compact record is a whole message with
+// tag 0 (shm_flags::message), anything else has the full header (here: tag seq).
+std::uint16_t flags_of(bool compact) {
+    return compact ? shm_flags::message : shm_flags::first;
+}
+std::uint32_t tag_of(std::uint64_t seq, bool compact) {
+    return compact ? 0 : static_cast<std::uint32_t>(seq);
+}
+
 // The consumer's side of the ring tests: checks that the next record is `seq` of `size` bytes.
-::testing::AssertionResult next_is(shm_ring& consumer, std::uint64_t seq, std::size_t size) {
+::testing::AssertionResult next_is(shm_ring& consumer, std::uint64_t seq, std::size_t size,
+                                   bool compact = false) {
     auto r = consumer.peek();
     if (!r) return ::testing::AssertionFailure() << "no record; expected seq " << seq;
-    if (r->flags & shm_flags::skip)
-        return ::testing::AssertionFailure() << "a skip record reached the consumer at " << seq;
-    if (r->chunk.size() != size || r->total != size || r->flags != shm_flags::first ||
-        r->tag != static_cast<std::uint32_t>(seq))
+    if (r->chunk.size() != size || r->total != size || r->flags != flags_of(compact) ||
+        r->tag != tag_of(seq, compact))
         return ::testing::AssertionFailure()
                << "record " << seq << ": chunk " << r->chunk.size() << " total " << r->total
                << " flags " << r->flags << " tag " << r->tag << "; expected size " << size;
@@ -200,10 +230,10 @@ TEST(shm_ring, a_chunk_over_max_chunk_is_refused_even_on_an_empty_ring) {
     return ::testing::AssertionSuccess();
 }
 
-bool write_seq(shm_ring& producer, std::uint64_t seq, std::size_t size) {
+bool write_seq(shm_ring& producer, std::uint64_t seq, std::size_t size, bool compact = false) {
     const auto b = record_bytes(seq, size);
-    return producer.try_write(b, static_cast<std::uint32_t>(size), shm_flags::first,
-                              static_cast<std::uint32_t>(seq));
+    return producer.try_write(b, static_cast<std::uint32_t>(size), flags_of(compact),
+                              tag_of(seq, compact));
 }
 
 TEST(shm_ring, awkward_sizes_wrap_many_times_and_skip_records_stay_invisible) {
@@ -224,14 +254,14 @@ TEST(shm_ring, awkward_sizes_wrap_many_times_and_skip_records_stay_invisible) {
 
     while (next_read < records) {
         for (int k = batch(rng); k > 0 && next_write < records; --k) {
-            if (!write_seq(producer, next_write, pending_size)) break;
+            if (!write_seq(producer, next_write, pending_size, next_write % 2 == 1)) break;
             in_flight.push_back(pending_size);
-            ring_bytes += record_size(pending_size);
+            ring_bytes += record_size(pending_size, next_write % 2 == 1);
             ++next_write;
             pending_size = size_of(rng);
         }
         for (int k = batch(rng); k > 0 && !in_flight.empty(); --k) {
-            ASSERT_TRUE(next_is(consumer, next_read, in_flight.front()));
+            ASSERT_TRUE(next_is(consumer, next_read, in_flight.front(), next_read % 2 == 1));
             in_flight.pop_front();
             ++next_read;
         }
@@ -250,9 +280,8 @@ TEST(shm_ring, a_record_that_does_not_fit_before_the_end_starts_at_the_beginning
     shm_name n;
     auto consumer = shm_ring::create(n.name, min_capacity);
     auto producer = shm_ring::open(n.name);
-    // Records take their 32-byte header plus the chunk rounded up to 32 bytes. 63 records of
-    // 1024 ring bytes, then one of 992: 32 bytes remain before the end, room for a skip
-    // record's header only.
+    // Full records take their 32-byte header plus the chunk rounded up to 16 bytes. 63
+    // records of 1024 ring bytes, then one of 992: 32 bytes remain before the end.
     constexpr std::size_t hdr = detail::shm_record_header;
     std::uint64_t seq = 0;
     for (int i = 0; i < 63; ++i)
@@ -263,22 +292,22 @@ TEST(shm_ring, a_record_that_does_not_fit_before_the_end_starts_at_the_beginning
     ASSERT_TRUE(next_is(consumer, 63, 992 - hdr));
     ASSERT_TRUE(consumer.empty());
 
-    // Needs 64 bytes, 32 remain: a header-only skip record, then the record at offset 0.
+    // Needs 48 bytes, 32 remain: a skip (its mark alone), then the record at offset 0.
     ASSERT_TRUE(write_seq(producer, seq++, 1));
     ASSERT_TRUE(next_is(consumer, 64, 1));
     EXPECT_TRUE(consumer.empty());
 
-    // From offset 64, 63 records of 1024 ring bytes leave 960 before the end: a record of
-    // exactly 960 ring bytes needs no skip record, and the next one starts at offset 0. That
-    // fills the ring to the last byte (65472 + 64), so a needless skip could not fit.
+    // From offset 48, 63 records of 1024 ring bytes leave 976 before the end: a record of
+    // exactly 976 ring bytes needs no skip, and the next one (48 bytes) starts at offset 0.
+    // That fills the ring to the last byte (65488 + 48), so a needless skip could not fit.
     for (int i = 0; i < 63; ++i)
         ASSERT_TRUE(write_seq(producer, seq++, 1024 - hdr));
-    ASSERT_TRUE(write_seq(producer, seq++, 960 - hdr));
+    ASSERT_TRUE(write_seq(producer, seq++, 976 - hdr));
     ASSERT_TRUE(write_seq(producer, seq++, 5));
     EXPECT_FALSE(producer.try_write({}, 0, shm_flags::first, 999));
     for (std::uint64_t s = 65; s < 65 + 63; ++s)
         ASSERT_TRUE(next_is(consumer, s, 1024 - hdr));
-    ASSERT_TRUE(next_is(consumer, 128, 960 - hdr));
+    ASSERT_TRUE(next_is(consumer, 128, 976 - hdr));
     ASSERT_TRUE(next_is(consumer, 129, 5));
     EXPECT_TRUE(consumer.empty());
     EXPECT_FALSE(consumer.peek().has_value());
@@ -323,7 +352,7 @@ TEST(shm_ring, a_record_needing_a_skip_waits_for_room_at_both_ends) {
     for (std::uint64_t s = 0; s < 60; ++s)
         ASSERT_TRUE(write_seq(producer, s, chunk));
     // Consume 4: 4096 free at the start. A 5000-byte record fits in neither stretch alone
-    // (the skip takes the 4096 at the end, the record then needs 5056 from the start).
+    // (the skip takes the 4096 at the end, the record then needs 5040 from the start).
     for (std::uint64_t s = 0; s < 4; ++s)
         ASSERT_TRUE(next_is(consumer, s, chunk));
     EXPECT_FALSE(write_seq(producer, 60, 5000));
@@ -334,6 +363,58 @@ TEST(shm_ring, a_record_needing_a_skip_waits_for_room_at_both_ends) {
         ASSERT_TRUE(next_is(consumer, s, chunk));
     ASSERT_TRUE(next_is(consumer, 60, 5000));
     EXPECT_TRUE(consumer.empty());
+}
+
+// ---- compact records -----------------------------------------------------------------------
+
+// A whole message with tag 0 goes as a compact record, its 8-byte mark and its bytes: a
+// Converse message of 24 bytes (16 of header, 8 of data) takes 32 ring bytes, so two share
+// a cache line, and 64 KiB hold exactly 2048 of them.
+TEST(shm_ring, two_compact_records_of_a_24_byte_message_share_a_cache_line) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    std::uint64_t written = 0;
+    while (write_seq(producer, written, 24, true))
+        ++written;
+    EXPECT_EQ(written, min_capacity / 32);
+    // The same message with a tag (or a broadcast's flags) needs the full header: 64 bytes.
+    EXPECT_FALSE(write_seq(producer, written, 24, false));
+    for (std::uint64_t s = 0; s < written; ++s)
+        ASSERT_TRUE(next_is(consumer, s, 24, true));
+    EXPECT_TRUE(consumer.empty());
+    // Sizes 0 up to 300 round-trip, each with its own rounding.
+    for (std::uint64_t s = 0; s <= 300; ++s) {
+        ASSERT_TRUE(write_seq(producer, s, s, true));
+        ASSERT_TRUE(next_is(consumer, s, s, true));
+    }
+}
+
+// A mark the consumer cannot believe: a compact size over max_chunk(), or one that runs past
+// the ring's end. The ring is reported corrupt and nothing is handed on.
+TEST(shm_ring, a_compact_mark_with_an_impossible_size_is_reported_as_corrupt) {
+    // 9 bytes fit max_chunk() but not the 16 bytes left; the other is over max_chunk().
+    for (const std::uint64_t code : {std::uint64_t{9}, std::uint64_t{min_capacity / 4 + 1}}) {
+        shm_name n;
+        auto consumer = shm_ring::create(n.name, min_capacity);
+        ring_data_mapping m(n.name, consumer.capacity());
+        ASSERT_NE(m.data, nullptr);
+        // At the last 16 bytes of the ring: the consumer's position is moved there by
+        // consuming records up to it.
+        auto producer = shm_ring::open(n.name);
+        constexpr std::size_t chunk = 1024 - detail::shm_record_header;
+        for (std::uint64_t s = 0; s < 63; ++s)
+            ASSERT_TRUE(write_seq(producer, s, chunk));
+        ASSERT_TRUE(write_seq(producer, 63, 1008 - detail::shm_record_header));
+        for (std::uint64_t s = 0; s < 63; ++s)
+            ASSERT_TRUE(next_is(consumer, s, chunk));
+        ASSERT_TRUE(next_is(consumer, 63, 1008 - detail::shm_record_header));
+        const std::uint64_t position = min_capacity - 16;
+        const std::uint64_t mark = detail::shm_mark(position, code);
+        std::memcpy(m.data + position, &mark, sizeof mark);
+        EXPECT_FALSE(consumer.peek().has_value()) << "code " << code;
+        EXPECT_TRUE(consumer.corrupt()) << "code " << code;
+    }
 }
 
 // ---- another thread, another process -----------------------------------------------------
@@ -354,8 +435,10 @@ int produce_stream(const std::string& name, const std::atomic<bool>* stop) {
     }
     for (std::uint64_t seq = 0; seq < stream_records; ++seq) {
         const auto b = record_bytes(seq, stream_size(seq));
-        while (!producer->try_write(b, static_cast<std::uint32_t>(b.size()), shm_flags::first,
-                                    static_cast<std::uint32_t>(seq))) {
+        // Two compact records in three, the third with the full header.
+        const bool compact = seq % 3 != 0;
+        while (!producer->try_write(b, static_cast<std::uint32_t>(b.size()), flags_of(compact),
+                                    tag_of(seq, compact))) {
             if (stop && stop->load(std::memory_order_relaxed)) return 3;
             std::this_thread::yield();
         }
@@ -382,8 +465,9 @@ std::string consume_stream(shm_ring& consumer, const std::function<bool()>& prod
         if (r->chunk.size() >= sizeof got) std::memcpy(&got, r->chunk.data(), sizeof got);
         if (got != seq)
             return "expected record " + std::to_string(seq) + ", got " + std::to_string(got);
-        if (r->chunk.size() != size || r->total != size || r->flags != shm_flags::first ||
-            r->tag != static_cast<std::uint32_t>(seq))
+        const bool compact = seq % 3 != 0;
+        if (r->chunk.size() != size || r->total != size || r->flags != flags_of(compact) ||
+            r->tag != tag_of(seq, compact))
             return "record " + std::to_string(seq) + ": wrong size or fields";
         if (!same_bytes(r->chunk, record_bytes(seq, size)))
             return "record " + std::to_string(seq) + ": bytes differ";
@@ -811,16 +895,10 @@ TEST(shm_ring, an_impossible_record_header_is_reported_as_corrupt) {
     const auto bytes = record_bytes(1, 100);
     ASSERT_TRUE(producer.try_write(bytes, 100, shm_flags::first, 0));
     // Overwrite the record's chunk length through a mapping of our own.
-    const int fd = ::shm_open(name.name.c_str(), O_RDWR, 0);
-    ASSERT_GE(fd, 0);
-    const std::size_t map_bytes = sizeof(shm_ring_header) + consumer.capacity();
-    void* p = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    ASSERT_NE(p, MAP_FAILED);
+    ring_data_mapping m(name.name, consumer.capacity());
+    ASSERT_NE(m.data, nullptr);
     const std::uint32_t bogus = 0xFFFF'FF00u;
-    std::memcpy(static_cast<std::byte*>(p) + sizeof(shm_ring_header) +
-                    offsetof(detail::shm_record_head, chunk),
-                &bogus, sizeof bogus);
+    std::memcpy(m.data + offsetof(detail::shm_record_head, chunk), &bogus, sizeof bogus);
     EXPECT_FALSE(consumer.peek().has_value());
     EXPECT_TRUE(consumer.corrupt());
     // A corrupt ring stays corrupt when it moves (the move constructor dropped the flag, so
@@ -830,7 +908,6 @@ TEST(shm_ring, an_impossible_record_header_is_reported_as_corrupt) {
     std::optional<shm_ring> assigned;
     assigned = std::move(moved);
     EXPECT_TRUE(assigned->corrupt());
-    ::munmap(p, map_bytes);
 }
 
 // ---- the sleep fence ---------------------------------------------------------------------

@@ -57,7 +57,16 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "the ring needs lock-free 64-bit atomics to be shared between processes");
 
 namespace detail {
-/// A record's 32-byte header in the ring. `mark` (position + 1) is stored last, with release.
+/// A record starts with its mark, an 8-byte word stored last, with release: the record's
+/// position in the ring's byte stream in 16-byte units plus one (bits 16..63, so never 0 in
+/// zeroed memory), and what the record is (bits 0..15): below shm_code_skip, a *compact*
+/// record, a whole message (shm_flags::message, tag 0) of that many bytes right after the
+/// mark; shm_code_full, a 32-byte header (shm_record_head, the mark its first word) and its
+/// chunk; shm_code_skip, nothing more before the ring's end.
+inline constexpr std::uint64_t shm_code_full = 0xFFFF;
+inline constexpr std::uint64_t shm_code_skip = 0xFFFE;
+inline constexpr std::size_t shm_compact_header = 8;
+/// A full record's 32-byte header.
 struct shm_record_head {
     std::uint64_t mark;
     std::uint32_t chunk;
@@ -68,9 +77,13 @@ struct shm_record_head {
     std::uint64_t reserved2;
 };
 static_assert(sizeof(shm_record_head) == 32 && offsetof(shm_record_head, mark) == 0);
-/// The mark of a record at `position` in the ring's byte stream: never 0 (zeroed memory).
-constexpr std::uint64_t shm_mark(std::uint64_t position) noexcept {
-    return position + 1;
+/// The mark of a record at `position` (a multiple of 16) saying `code`.
+constexpr std::uint64_t shm_mark(std::uint64_t position, std::uint64_t code) noexcept {
+    return (((position >> 4) + 1) << 16) | code;
+}
+/// True when `mark` is that of a record at `position` (of this lap).
+constexpr bool shm_mark_at(std::uint64_t mark, std::uint64_t position) noexcept {
+    return (mark >> 16) == (position >> 4) + 1;
 }
 /// Reads a record's mark as the producer published it (acquire).
 inline std::uint64_t shm_load_mark(const std::byte* header) noexcept {
@@ -78,9 +91,10 @@ inline std::uint64_t shm_load_mark(const std::byte* header) noexcept {
         .load(std::memory_order_acquire);
 }
 inline constexpr std::size_t shm_record_header = sizeof(shm_record_head);
-/// Records start on 32-byte boundaries, so a skip record's header always fits at the end.
+/// Records start on 16-byte boundaries, so a skip's mark always fits at the end; two
+/// compact records of a 24-byte message share a cache line.
 constexpr std::size_t shm_round_record(std::size_t n) noexcept {
-    return (n + 31) & ~std::size_t{31};
+    return (n + 15) & ~std::size_t{15};
 }
 }  // namespace detail
 
@@ -95,7 +109,6 @@ struct shm_record {
 namespace shm_flags {
 inline constexpr std::uint16_t first = 0x1;      // the first chunk of a message
 inline constexpr std::uint16_t broadcast = 0x2;  // a spanning-tree broadcast (tag = root)
-inline constexpr std::uint16_t skip = 0x8000;    // padding to the end of the ring
 /// Bits 8..12: what the record carries, as a net::frame_type number (0 or 1: a message;
 /// publish, get_done, rma_put_request, rma_complete: the rendezvous's control frames).
 inline constexpr unsigned type_shift = 8;
@@ -106,6 +119,9 @@ constexpr std::uint16_t with_type(std::uint16_t flags, std::uint8_t type) noexce
 constexpr std::uint8_t type_of(std::uint16_t flags) noexcept {
     return static_cast<std::uint8_t>((flags & type_mask) >> type_shift);
 }
+/// A whole point-to-point Converse message (net::frame_type::standard, one chunk): with tag
+/// 0, the kind a compact record carries.
+inline constexpr std::uint16_t message = with_type(first, 1);
 }  // namespace shm_flags
 
 /// One mapped ring: created by the consumer, opened by the producer.
@@ -160,7 +176,7 @@ public:
     /// in the line the record itself is read from.
     bool readable() noexcept {
         const std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
-        return detail::shm_load_mark(data() + (head & (_cap - 1))) == detail::shm_mark(head);
+        return detail::shm_mark_at(detail::shm_load_mark(data() + (head & (_cap - 1))), head);
     }
     /// True once peek() met a record that cannot be (outside the ring, past the tail,
     /// a chunk over max_chunk()): the producer wrote garbage; the ring is not read further.
@@ -198,21 +214,33 @@ private:
             const std::uint64_t off = head & (cap - 1);
             // Published when its mark names this position (acquire: the rest of the record,
             // written before the mark, is visible after it).
-            if (detail::shm_load_mark(data() + off) != detail::shm_mark(head)) return std::nullopt;
-            detail::shm_record_head r;
-            std::memcpy(&r, data() + off, sizeof r);
-            // The header comes from another process: a record must lie inside the ring and a
-            // data chunk within max_chunk().
-            const std::size_t rec = detail::shm_record_header + detail::shm_round_record(r.chunk);
-            if (rec > cap - off || (!(r.flags & shm_flags::skip) && r.chunk > max_chunk()))
-                [[unlikely]] {
-                _corrupt = true;
-                return std::nullopt;
+            const std::uint64_t mark = detail::shm_load_mark(data() + off);
+            if (!detail::shm_mark_at(mark, head)) return std::nullopt;
+            const std::uint64_t code = mark & 0xFFFF;
+            // The record comes from another process: it must lie inside the ring and its
+            // chunk within max_chunk().
+            if (code < detail::shm_code_skip) [[likely]] {
+                const std::size_t rec = detail::shm_round_record(detail::shm_compact_header + code);
+                if (rec > cap - off || code > max_chunk()) [[unlikely]] {
+                    _corrupt = true;
+                    return std::nullopt;
+                }
+                _pending_advance = rec;
+                return shm_record{
+                    std::span<const std::byte>(data() + off + detail::shm_compact_header, code),
+                    static_cast<std::uint32_t>(code), shm_flags::message, 0};
             }
-            if (r.flags & shm_flags::skip) [[unlikely]] {
-                head += rec;
+            if (code == detail::shm_code_skip) {
+                head += cap - off;
                 _h->head.store(head, std::memory_order_release);
                 continue;
+            }
+            detail::shm_record_head r;
+            std::memcpy(&r, data() + off, sizeof r);
+            const std::size_t rec = detail::shm_record_header + detail::shm_round_record(r.chunk);
+            if (rec > cap - off || r.chunk > max_chunk()) [[unlikely]] {
+                _corrupt = true;
+                return std::nullopt;
             }
             _pending_advance = rec;
             return shm_record{
