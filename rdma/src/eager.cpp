@@ -287,11 +287,19 @@ void layer::impl::eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_
 }
 
 bool layer::impl::eager_pending() const noexcept {
-    for (const auto& c : eager.polled)
-        if (!c->done && c->from != unattached &&
-            eager_mark_names(c->seg.footer_mark(c->at).load(std::memory_order_acquire),
+    for (const auto& c : eager.polled) {
+        if (c->done) continue;
+        // A persistent channel a sender attached since the last poll: its first message may
+        // already be in it (the sender attaches before it writes), and only eager_poll
+        // attaches it here, so the PE must not sleep before that poll.
+        if (c->from == unattached) {
+            if (c->seg.header().attached.load(std::memory_order_acquire)) return true;
+            continue;
+        }
+        if (eager_mark_names(c->seg.footer_mark(c->at).load(std::memory_order_acquire),
                              c->delivered))
             return true;
+    }
     return false;
 }
 

@@ -176,7 +176,11 @@ bool layer::impl::ring_burst_write(std::uint32_t dest, const std::byte* buf,
         return false;
     if (!p.out_ring->try_write(std::span<const std::byte>(buf, size), size, shm_flags::message, 0))
         return false;
-    if (p.eager_out) ++eager.order_waits;  // counted as eager_send would have
+    // Counted as eager_send would for a channel that could take it (it is not asked for a
+    // slot here: a burst stays on the ring whatever the channel holds).
+    if (p.eager_out && size != 0 &&
+        !p.eager_out->seg.header().receiver_stopped.load(std::memory_order_relaxed))
+        ++eager.order_waits;
     if (p.out_ring->take_sleeper()) p.out_bell->ring();
     return true;
 }
@@ -342,8 +346,9 @@ bool layer::impl::ring_try_sleep() {
         // Our producers do not fence, so without it a record could go unseen: keep polling.
         if (!heavy_fence_failure_said)
             up.on_notice("coverse: PE " + std::to_string(cfg.rank) +
-                         ": the membarrier system call failed; this PE polls its "
-                         "shared-memory rings instead of sleeping\n");
+                         ": the membarrier system call failed; this PE keeps polling "
+                         "its shared-memory rings where it would sleep (it tries again at "
+                         "each idle turn and says this once)\n");
         heavy_fence_failure_said = true;
         ring_wake();
         return false;

@@ -21,7 +21,7 @@ namespace coverse::rdma {
 
 namespace {
 
-constexpr std::uint32_t ring_magic = 0x3352'5643;  // "CVR3": records in-band, the fence flag
+constexpr std::uint32_t ring_magic = 0x3452'5643;  // "CVR4": compact records, 16-byte units
 constexpr std::size_t record_header = detail::shm_record_header;
 constexpr std::size_t min_capacity = 64 * 1024;
 
@@ -190,7 +190,11 @@ bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, 
     } else {
         const record_head head_rec{
             0, static_cast<std::uint32_t>(chunk.size()), total, flags, 0, tag, 0};
-        std::memcpy(data() + off, &head_rec, sizeof head_rec);
+        // All but the mark, which the consumer may be polling: publish() stores it atomically.
+        constexpr std::size_t after_mark = sizeof head_rec.mark;
+        std::memcpy(data() + off + after_mark,
+                    reinterpret_cast<const std::byte*>(&head_rec) + after_mark,
+                    sizeof head_rec - after_mark);
         if (!chunk.empty()) std::memcpy(data() + off + record_header, chunk.data(), chunk.size());
         code = detail::shm_code_full;
     }
@@ -256,11 +260,14 @@ bool shm_heavy_fence_ready() noexcept {
     // Once per process: the command must exist, and this process must be registered for it
     // (it then reaches our CPU when another process runs it). A kernel without it, or a
     // sandbox that refuses the call, leaves every ring on full fences.
+    // The probe also runs the fence once: a sandbox that lets the registration through but
+    // refuses the fence itself would otherwise be found only at a consumer's first sleep.
     static const bool ready = [] {
         const int cmds = membarrier(MEMBARRIER_CMD_QUERY);
         return cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
                (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0 &&
-               membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+               membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0 &&
+               membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
     }();
     return ready;
 }

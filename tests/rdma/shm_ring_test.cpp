@@ -276,6 +276,55 @@ TEST(shm_ring, awkward_sizes_wrap_many_times_and_skip_records_stay_invisible) {
     EXPECT_GT(ring_bytes, 500 * consumer.capacity());
 }
 
+// A mark's position field repeats every 16 (2^48 - 1) bytes and is never 0 (zeroed memory is
+// never a record). A ring whose positions cross 2^52 bytes — where a field of the position
+// plus one would overflow 48 bits — goes on carrying records of both kinds in order.
+TEST(shm_ring, positions_past_2_to_the_52_bytes_go_on_and_zeroed_memory_is_never_a_record) {
+    constexpr std::uint64_t period = std::uint64_t{16} * ((std::uint64_t{1} << 48) - 1);
+    for (const std::uint64_t p : {std::uint64_t{0}, std::uint64_t{16}, period - 16, period,
+                                  std::uint64_t{1} << 52, ~std::uint64_t{15}}) {
+        EXPECT_NE(detail::shm_mark_position(p), 0u) << p;
+        EXPECT_FALSE(detail::shm_mark_at(0, p)) << p;
+        EXPECT_TRUE(detail::shm_mark_at(detail::shm_mark(p, 24), p)) << p;
+        EXPECT_FALSE(detail::shm_mark_at(detail::shm_mark(p, 24), p + 16)) << p;
+    }
+    EXPECT_EQ(detail::shm_mark_position(period), detail::shm_mark_position(0));
+
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    {
+        // Both positions moved to 8 KiB before 2^52 (an empty ring), before the producer maps it.
+        ring_data_mapping m(n.name, consumer.capacity());
+        ASSERT_NE(m.data, nullptr);
+        auto* h = static_cast<shm_ring_header*>(m.base);
+        const std::uint64_t start = (std::uint64_t{1} << 52) - 8192;
+        h->head.store(start);
+        h->tail.store(start);
+    }
+    auto producer = shm_ring::open(n.name);
+    std::mt19937 rng(52);
+    std::uniform_int_distribution<std::size_t> size_of(0, 700);
+    std::deque<std::size_t> in_flight;
+    std::uint64_t next_write = 0, next_read = 0;
+    constexpr std::uint64_t records = 3000;  // ~1 MiB: 16 laps of the ring past 2^52
+    while (next_read < records) {
+        while (next_write < records) {
+            const std::size_t size = size_of(rng);
+            if (!write_seq(producer, next_write, size, next_write % 3 != 0)) break;
+            in_flight.push_back(size);
+            ++next_write;
+        }
+        ASSERT_FALSE(in_flight.empty()) << "a ring with room refused record " << next_write;
+        while (!in_flight.empty()) {
+            ASSERT_TRUE(next_is(consumer, next_read, in_flight.front(), next_read % 3 != 0));
+            in_flight.pop_front();
+            ++next_read;
+        }
+    }
+    EXPECT_TRUE(consumer.empty());
+    EXPECT_FALSE(consumer.corrupt());
+}
+
 TEST(shm_ring, a_record_that_does_not_fit_before_the_end_starts_at_the_beginning) {
     shm_name n;
     auto consumer = shm_ring::create(n.name, min_capacity);
@@ -393,8 +442,10 @@ TEST(shm_ring, two_compact_records_of_a_24_byte_message_share_a_cache_line) {
 // A mark the consumer cannot believe: a compact size over max_chunk(), or one that runs past
 // the ring's end. The ring is reported corrupt and nothing is handed on.
 TEST(shm_ring, a_compact_mark_with_an_impossible_size_is_reported_as_corrupt) {
-    // 9 bytes fit max_chunk() but not the 16 bytes left; the other is over max_chunk().
-    for (const std::uint64_t code : {std::uint64_t{9}, std::uint64_t{min_capacity / 4 + 1}}) {
+    // 9 bytes fit max_chunk() but not the 16 bytes left; the next is over max_chunk(); the
+    // last says a full record, whose 32-byte header alone would cross the end.
+    for (const std::uint64_t code :
+         {std::uint64_t{9}, std::uint64_t{min_capacity / 4 + 1}, detail::shm_code_full}) {
         shm_name n;
         auto consumer = shm_ring::create(n.name, min_capacity);
         ring_data_mapping m(n.name, consumer.capacity());
@@ -415,6 +466,19 @@ TEST(shm_ring, a_compact_mark_with_an_impossible_size_is_reported_as_corrupt) {
         EXPECT_FALSE(consumer.peek().has_value()) << "code " << code;
         EXPECT_TRUE(consumer.corrupt()) << "code " << code;
     }
+}
+
+// A skip at the ring's start would send the consumer a whole lap on, past records it has not
+// read: no producer writes one (a skip fills the end behind a record that did not fit).
+TEST(shm_ring, a_skip_at_the_rings_start_is_reported_as_corrupt) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    ring_data_mapping m(n.name, consumer.capacity());
+    ASSERT_NE(m.data, nullptr);
+    const std::uint64_t mark = detail::shm_mark(0, detail::shm_code_skip);
+    std::memcpy(m.data, &mark, sizeof mark);
+    EXPECT_FALSE(consumer.peek().has_value());
+    EXPECT_TRUE(consumer.corrupt());
 }
 
 // ---- another thread, another process -----------------------------------------------------

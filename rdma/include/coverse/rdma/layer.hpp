@@ -208,9 +208,11 @@ public:
 
     struct eager_counters {
         std::uint64_t sends = 0, receives = 0;
-        std::uint64_t no_credit = 0;    // a channel had no free slot: the stream path took it
-        std::uint64_t order_waits = 0;  // the ring still carried earlier messages
-        std::uint64_t gate_waits = 0;   // a send waited for a full channel to drain (ring next)
+        std::uint64_t no_credit = 0;  // a channel had no free slot: the stream path took it
+        /// A message to a peer with a channel stayed on the ring, which still carried
+        /// earlier ones (a burst's messages count without asking the channel for a slot).
+        std::uint64_t order_waits = 0;
+        std::uint64_t gate_waits = 0;  // a send waited for a full channel to drain (ring next)
         std::uint64_t opened = 0, refused = 0, bad_footers = 0;
         std::uint64_t retired = 0;            // short channels closed because they went unused
         std::size_t polled = 0, writing = 0;  // channels open now, each way

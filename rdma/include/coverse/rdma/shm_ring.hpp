@@ -8,14 +8,17 @@
 // sleep says so in the header, and a producer that sees it rings the consumer's doorbell
 // (shm_doorbell).
 //
-// Record: a 32-byte header {u64 mark, u32 chunk bytes, u32 total bytes, u16 flags,
-// u16 reserved, u32 tag, u64 reserved} then the chunk, padded to 32 bytes. The mark is the
-// record's position in the ring's byte stream plus one, so a header left from an earlier
-// lap (or zeroed memory) never reads as published; the producer also zeroes the next
-// header's mark when that space is free, so stale bytes are never taken for a record there.
-// A message larger than a chunk travels as several records, the first flagged `first`.
-// The producer still publishes its position (tail) for itself and for a consumer that asks
-// whether the ring is empty before it sleeps.
+// Records (detail below): each starts on a 16-byte boundary with an 8-byte mark, stored
+// last with release, that names the record's position in the ring's byte stream and what
+// it is: a *compact* record (a whole point-to-point message, its size in the mark, the
+// message right after), a *full* record (a 32-byte header whose first word is the mark,
+// then one chunk: a chunk of a large message, a broadcast, a control frame) or a *skip*
+// (nothing more before the ring's end). A mark left from an earlier lap, stale payload or
+// zeroed memory never names the consumer's position, so it never reads as published; the
+// producer also zeroes the next mark when that space is free. A message larger than a chunk
+// travels as several full records, the first flagged `first`. The producer still publishes
+// its position (tail) for itself and for a consumer that asks whether the ring is empty
+// before it sleeps.
 #pragma once
 
 #include <atomic>
@@ -58,11 +61,12 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
 
 namespace detail {
 /// A record starts with its mark, an 8-byte word stored last, with release: the record's
-/// position in the ring's byte stream in 16-byte units plus one (bits 16..63, so never 0 in
-/// zeroed memory), and what the record is (bits 0..15): below shm_code_skip, a *compact*
-/// record, a whole message (shm_flags::message, tag 0) of that many bytes right after the
-/// mark; shm_code_full, a 32-byte header (shm_record_head, the mark its first word) and its
-/// chunk; shm_code_skip, nothing more before the ring's end.
+/// position in the ring's byte stream in 16-byte units, modulo 2^48 - 1, plus one (bits
+/// 16..63: never 0, so zeroed memory never reads as a record, and it goes on past 2^52
+/// bytes through one ring instead of running out), and what the record is (bits 0..15): below
+/// shm_code_skip, a *compact* record, a whole message (shm_flags::message, tag 0) of that many
+/// bytes right after the mark; shm_code_full, a 32-byte header (shm_record_head, the mark its first
+/// word) and its chunk; shm_code_skip, nothing more before the ring's end.
 inline constexpr std::uint64_t shm_code_full = 0xFFFF;
 inline constexpr std::uint64_t shm_code_skip = 0xFFFE;
 inline constexpr std::size_t shm_compact_header = 8;
@@ -77,13 +81,19 @@ struct shm_record_head {
     std::uint64_t reserved2;
 };
 static_assert(sizeof(shm_record_head) == 32 && offsetof(shm_record_head, mark) == 0);
+/// The position field of a mark: 1 .. 2^48 - 1, repeating every 16 (2^48 - 1) bytes, far
+/// more than any ring's capacity, so two records a lap or a few laps apart never share it.
+constexpr std::uint64_t shm_mark_position(std::uint64_t position) noexcept {
+    constexpr std::uint64_t period = (std::uint64_t{1} << 48) - 1;
+    return (position >> 4) % period + 1;
+}
 /// The mark of a record at `position` (a multiple of 16) saying `code`.
 constexpr std::uint64_t shm_mark(std::uint64_t position, std::uint64_t code) noexcept {
-    return (((position >> 4) + 1) << 16) | code;
+    return (shm_mark_position(position) << 16) | code;
 }
 /// True when `mark` is that of a record at `position` (of this lap).
 constexpr bool shm_mark_at(std::uint64_t mark, std::uint64_t position) noexcept {
-    return (mark >> 16) == (position >> 4) + 1;
+    return (mark >> 16) == shm_mark_position(position);
 }
 /// Reads a record's mark as the producer published it (acquire).
 inline std::uint64_t shm_load_mark(const std::byte* header) noexcept {
@@ -178,8 +188,9 @@ public:
         const std::uint64_t head = _h->head.load(std::memory_order_relaxed);  // ours
         return detail::shm_mark_at(detail::shm_load_mark(data() + (head & (_cap - 1))), head);
     }
-    /// True once peek() met a record that cannot be (outside the ring, past the tail,
-    /// a chunk over max_chunk()): the producer wrote garbage; the ring is not read further.
+    /// True once peek() met a record that cannot be (one that would cross the ring's end,
+    /// a chunk over max_chunk(), a skip at the ring's start): the producer wrote garbage; the
+    /// ring is not read further.
     bool corrupt() const noexcept { return _corrupt; }
     /// Releases the record peek() returned.
     void consume() noexcept {
@@ -231,9 +242,20 @@ private:
                     static_cast<std::uint32_t>(code), shm_flags::message, 0};
             }
             if (code == detail::shm_code_skip) {
+                // A skip sends the consumer to the ring's start: at the start itself it
+                // would skip a whole lap.
+                if (off == 0) [[unlikely]] {
+                    _corrupt = true;
+                    return std::nullopt;
+                }
                 head += cap - off;
                 _h->head.store(head, std::memory_order_release);
                 continue;
+            }
+            // shm_code_full: a 32-byte header, which must not cross the ring's end.
+            if (cap - off < detail::shm_record_header) [[unlikely]] {
+                _corrupt = true;
+                return std::nullopt;
             }
             detail::shm_record_head r;
             std::memcpy(&r, data() + off, sizeof r);
