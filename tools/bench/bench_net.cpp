@@ -1,7 +1,8 @@
 // bench_net: ping-pong between two processes over loopback, side by side in one run:
-// coverse's mesh on the io_uring backend, the same mesh on the Asio backend, and a plain
-// blocking-socket baseline (TCP_NODELAY). One-way latency (half the round trip, p50 and
-// mean) for 8 B, 1 KiB and 64 KiB, and windowed bandwidth for 1 MiB messages.
+// coverse's mesh on the io_uring backend, the same mesh on the Asio backend, and two plain
+// socket baselines (TCP_NODELAY): blocking, and busy-polled (recv with MSG_DONTWAIT in a
+// loop, the floor a spinning runtime could reach over the kernel's TCP). One-way latency (half the
+// round trip, p50 and mean) for 8 B, 1 KiB and 64 KiB, and windowed bandwidth for 1 MiB messages.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -33,7 +35,7 @@ struct options {
     int bw_rounds = 20;
     int window = 16;
     bool json = false;
-    std::vector<std::string> modes{"io_uring", "asio", "blocking"};
+    std::vector<std::string> modes{"io_uring", "asio", "blocking", "busy"};
 };
 
 struct result {
@@ -148,44 +150,50 @@ std::vector<result> run_mesh_pe(const std::string& mode, std::uint32_t rank, int
     return out;
 }
 
-// ---- blocking sockets baseline --------------------------------------------------------------
+// ---- socket baselines: blocking, and busy-polled -------------------------------------------
 
 void write_all(int fd, const void* p, std::size_t n) {
     auto* c = static_cast<const char*>(p);
     while (n) {
-        ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+        const ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
         if (w <= 0) throw std::runtime_error(std::string("send: ") + std::strerror(errno));
         c += w;
         n -= static_cast<std::size_t>(w);
     }
 }
-void read_all(int fd, void* p, std::size_t n) {
+// busy: MSG_DONTWAIT in a loop, as a spinning runtime that asks the socket itself would.
+void read_all(int fd, void* p, std::size_t n, bool busy) {
     auto* c = static_cast<char*>(p);
     while (n) {
-        ssize_t r = ::recv(fd, c, n, 0);
+        ssize_t r = ::recv(fd, c, n, busy ? MSG_DONTWAIT : 0);
+        if (r < 0 && busy && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
         if (r <= 0) throw std::runtime_error("recv: peer closed");
         c += r;
         n -= static_cast<std::size_t>(r);
     }
 }
-// The same framing cost as ours: a 24-byte header before each payload.
+// The same framing cost as ours: a 24-byte header before each payload. The receiver knows
+// the size that comes (each phase uses one), so header and payload are read together, as
+// the mesh reads a small frame with one receive into its buffer.
+constexpr std::size_t header_bytes = 24;
 void send_msg(int fd, std::vector<char>& buf, std::size_t bytes) {
-    char header[24] = {};
-    std::memcpy(header, &bytes, sizeof bytes);
-    write_all(fd, header, sizeof header);
-    if (bytes) write_all(fd, buf.data(), bytes);
+    if (buf.size() < header_bytes + bytes) buf.resize(header_bytes + bytes);
+    std::memcpy(buf.data(), &bytes, sizeof bytes);
+    write_all(fd, buf.data(), header_bytes + bytes);
 }
-void recv_msg(int fd, std::vector<char>& buf) {
-    char header[24];
-    read_all(fd, header, sizeof header);
-    std::size_t bytes = 0;
-    std::memcpy(&bytes, header, sizeof bytes);
-    if (buf.size() < bytes) buf.resize(bytes);
-    if (bytes) read_all(fd, buf.data(), bytes);
+void recv_msg(int fd, std::vector<char>& buf, std::size_t bytes, bool busy) {
+    if (buf.size() < header_bytes + bytes) buf.resize(header_bytes + bytes);
+    read_all(fd, buf.data(), header_bytes + bytes, busy);
+    std::size_t said = 0;
+    std::memcpy(&said, buf.data(), sizeof said);
+    if (said != bytes)
+        throw std::runtime_error("a message of " + std::to_string(said) + " bytes where " +
+                                 std::to_string(bytes) + " were expected");
 }
 
-std::vector<result> run_blocking_pe(std::uint32_t rank, int port_fd_out, int port_fd_in,
-                                    const options& o) {
+std::vector<result> run_socket_pe(const std::string& mode, std::uint32_t rank, int port_fd_out,
+                                  int port_fd_in, const options& o) {
+    const bool busy = mode == "busy";
     int fd = -1;
     const int one = 1;
     if (rank == 0) {
@@ -224,9 +232,9 @@ std::vector<result> run_blocking_pe(std::uint32_t rank, int port_fd_out, int por
             const auto t0 = bench_clock::now();
             if (rank == 0) {
                 send_msg(fd, buf, bytes);
-                recv_msg(fd, buf);
+                recv_msg(fd, buf, bytes, busy);
             } else {
-                recv_msg(fd, buf);
+                recv_msg(fd, buf, bytes, busy);
                 send_msg(fd, buf, bytes);
             }
             if (i >= 0)
@@ -238,8 +246,7 @@ std::vector<result> run_blocking_pe(std::uint32_t rank, int port_fd_out, int por
             double sum = 0;
             for (double x : rtts)
                 sum += x;
-            out.push_back(
-                result{"blocking", bytes, rtts[rtts.size() / 2] / 2, sum / rtts.size() / 2, 0});
+            out.push_back(result{mode, bytes, rtts[rtts.size() / 2] / 2, sum / rtts.size() / 2, 0});
         }
     }
     const auto t0 = bench_clock::now();
@@ -247,17 +254,17 @@ std::vector<result> run_blocking_pe(std::uint32_t rank, int port_fd_out, int por
         if (rank == 0) {
             for (int w = 0; w < o.window; ++w)
                 send_msg(fd, buf, 1 << 20);
-            recv_msg(fd, buf);
+            recv_msg(fd, buf, 1, busy);
         } else {
             for (int w = 0; w < o.window; ++w)
-                recv_msg(fd, buf);
+                recv_msg(fd, buf, 1 << 20, busy);
             send_msg(fd, buf, 1);
         }
     }
     const double secs = std::chrono::duration<double>(bench_clock::now() - t0).count();
     if (rank == 0)
-        out.push_back(result{"blocking", 1 << 20, 0, 0,
-                             double(1 << 20) * o.window * o.bw_rounds / secs / 1e6});
+        out.push_back(
+            result{mode, 1 << 20, 0, 0, double(1 << 20) * o.window * o.bw_rounds / secs / 1e6});
     ::close(fd);
     return out;
 }
@@ -272,8 +279,8 @@ std::vector<result> run_mode(const std::string& mode, const options& o) {
         pin_to_core(1);
         int code = 0;
         try {
-            if (mode == "blocking")
-                run_blocking_pe(1, -1, p[0], o);
+            if (mode == "blocking" || mode == "busy")
+                run_socket_pe(mode, 1, -1, p[0], o);
             else
                 run_mesh_pe(mode, 1, -1, p[0], o);
         } catch (const std::exception& e) {
@@ -286,8 +293,8 @@ std::vector<result> run_mode(const std::string& mode, const options& o) {
     pin_to_core(0);
     std::vector<result> out;
     try {
-        out = mode == "blocking" ? run_blocking_pe(0, p[1], -1, o)
-                                 : run_mesh_pe(mode, 0, p[1], -1, o);
+        out = mode == "blocking" || mode == "busy" ? run_socket_pe(mode, 0, p[1], -1, o)
+                                                   : run_mesh_pe(mode, 0, p[1], -1, o);
     } catch (...) {
         ::kill(child, SIGKILL);
         ::waitpid(child, nullptr, 0);
@@ -306,10 +313,11 @@ void usage() {
     std::printf(
         "usage: bench_net [--iterations N] [--rounds N] [--window N] [--mode M]... [--json]\n"
         "  Ping-pong between two processes over loopback (pinned to cores 0 and 1):\n"
-        "  coverse's mesh on io_uring, on Asio, and a blocking-socket baseline (TCP_NODELAY),\n"
-        "  all in one run. Prints one-way latency (p50, mean) for 8 B, 1 KiB, 64 KiB and the\n"
+        "  coverse's mesh on io_uring, on Asio, and two socket baselines (TCP_NODELAY):\n"
+        "  blocking, and busy-polled (recv with MSG_DONTWAIT in a loop), all in one run.\n"
+        "  Prints one-way latency (p50, mean) for 8 B, 1 KiB, 64 KiB and the\n"
         "  bandwidth of 1 MiB messages (MB/s = 10^6 B/s) sent in windows.\n"
-        "  --mode M     io_uring, asio or blocking (repeatable; default: all three)\n"
+        "  --mode M     io_uring, asio, blocking or busy (repeatable; default: all four)\n"
         "  --json       one JSON object per line instead of the table\n");
 }
 
@@ -341,8 +349,9 @@ int main(int argc, char** argv) {
             modes_given = true;
             o.modes.push_back(next());
             if (o.modes.back() != "io_uring" && o.modes.back() != "asio" &&
-                o.modes.back() != "blocking") {
-                std::fprintf(stderr, "bench_net: unknown mode '%s' (io_uring, asio, blocking)\n",
+                o.modes.back() != "blocking" && o.modes.back() != "busy") {
+                std::fprintf(stderr,
+                             "bench_net: unknown mode '%s' (io_uring, asio, blocking, busy)\n",
                              o.modes.back().c_str());
                 return 2;
             }
