@@ -330,28 +330,45 @@ def placement_split(path):
     return threshold, split
 
 
+TCP = ["coverse-tcp", "ompi-tcp", "ucx-tcp"]
+
+
+def placed_rows(split, impls, ours, peer):
+    """The rows of one by-placement table: impls' medians and ours / peer, or [] without data."""
+    rows = []
+    for test, nbytes in PLACED:
+        for where in ("close", "apart"):
+            by_impl = split.get((test, nbytes), {}).get(where, {})
+            if not any(by_impl.get(i) for i in impls):
+                continue
+            unit = METRICS[test][1]
+            cells = [f"{value_text(median(by_impl.get(i, [])), unit)} ({len(by_impl.get(i, []))})"
+                     if by_impl.get(i) else "—" for i in impls]
+            r = ratio(by_impl, test, ours, (peer,))
+            r_text = f"{r:.2f}" if r is not None else "—"
+            rows.append(f"| {test} | {size_text(nbytes)} | {where} | " + " | ".join(cells) +
+                        f" | {r_text} |")
+    return rows
+
+
 def placement_table(path):
     got = placement_split(path)
     if got is None:
         return
     threshold, split = got
     print(f"\nBy placement of the two vCPUs (cache-line floor below / above {threshold:.3f} us, "
-          "probed before and after each run; runs whose placement moved are left out):\n")
-    print("| test | size | placement | " + " | ".join(SAME_HOST) + " | shm/vader |")
-    print("|---|---|---|" + "---:|" * (len(SAME_HOST) + 1))
-    for test, nbytes in PLACED:
-        for where in ("close", "apart"):
-            by_impl = split.get((test, nbytes), {}).get(where, {})
-            if not by_impl:
-                continue
-            unit = METRICS[test][1]
-            cells = [f"{value_text(median(by_impl.get(i, [])), unit)} ({len(by_impl.get(i, []))})"
-                     if by_impl.get(i) else "—" for i in SAME_HOST]
-            r = ratio(by_impl, test, "coverse-shm", ("ompi-vader",))
-            r_text = f"{r:.2f}" if r is not None else "—"
-            print(f"| {test} | {size_text(nbytes)} | {where} | " + " | ".join(cells) +
-                  f" | {r_text} |")
-    print("\n(n) is how many runs each median is of.")
+          "probed before and after each run; runs whose placement moved are left out). The "
+          "placement moved during this run, so the medians above mix both: compare like with "
+          "like here.\n")
+    for impls, ours, peer, name in ((SAME_HOST, "coverse-shm", "ompi-vader", "shm/vader"),
+                                    (TCP, "coverse-tcp", "ucx-tcp", "tcp/ucx-tcp")):
+        rows = placed_rows(split, impls, ours, peer)
+        if not rows:
+            continue
+        print("| test | size | placement | " + " | ".join(impls) + f" | {name} |")
+        print("|---|---|---|" + "---:|" * (len(impls) + 1))
+        print("\n".join(rows) + "\n")
+    print("(n) is how many runs each median is of.")
 
 
 def main():

@@ -7,19 +7,44 @@ set -u
 src=$1
 svg=$(mktemp)
 trap 'rm -f "$svg"' EXIT
+
+# expect OUTPUT LINE...: each LINE is in OUTPUT, or the test fails naming it.
+expect() {
+    text=$1
+    shift
+    for want in "$@"; do
+        printf '%s\n' "$text" | grep -qF "$want" || {
+            echo "bench_perf_table: no \"$want\" in the output" >&2
+            exit 1
+        }
+    done
+}
+
 out=$("$2" "$src/scripts/bench-perf-table.py" --svg "$svg" \
     "$src/tests/perf/data/bench-perf-sample.jsonl") || exit 1
 printf '%s\n' "$out"
-for want in '| test | size | metric | better | coverse-shm | coverse-tcp | ompi-vader |' \
+expect "$out" '| test | size | metric | better | coverse-shm | coverse-tcp | ompi-vader |' \
     'shm/vader | shm/pvr | tcp/ompi-tcp | tcp/best(ompi-tcp,ucx-tcp) |' \
     'same-host 1 MiB bandwidth vs Open MPI vader: coverse-shm / ompi-vader = ' \
     'n/a  same-host 4 MiB bandwidth vs Open MPI vader: no bw result at 4 MiB' \
-    'TCP 1 MiB bandwidth vs the better of Open MPI TCP and UCX TCP: coverse-tcp / best('; do
-    printf '%s\n' "$out" | grep -qF "$want" || {
-        echo "bench_perf_table: no \"$want\" in the output" >&2
-        exit 1
-    }
-done
+    'TCP 1 MiB bandwidth vs the better of Open MPI TCP and UCX TCP: coverse-tcp / best('
+if [ "$(printf '%s\n' "$out" | grep -c 'By placement')" != 0 ]; then
+    echo "bench_perf_table: a by-placement table for runs without placement probes" >&2
+    exit 1
+fi
+
+# Runs probed in two placements (tests/perf/data/bench-perf-placed.jsonl: one repetition
+# close, one apart, and a coverse-tcp run of 9.9 us whose placement moved) are filed in a
+# same-host and a TCP table by placement; the moved run is in neither.
+placed=$("$2" "$src/scripts/bench-perf-table.py" "$src/tests/perf/data/bench-perf-placed.jsonl") ||
+    exit 1
+printf '%s\n' "$placed"
+expect "$placed" '| test | size | placement | coverse-shm | ompi-vader | ucx-shm | shm/vader |' \
+    '| pingpong | 8 B | close | 0.16 (1) | 0.19 (1) | 0.15 (1) | 0.84 |' \
+    '| test | size | placement | coverse-tcp | ompi-tcp | ucx-tcp | tcp/ucx-tcp |' \
+    '| pingpong | 8 B | close | 3.60 (1) | 3.70 (1) | 2.90 (1) | 1.24 |' \
+    '| pingpong | 8 B | apart | 7.92 (1) | 8.14 (1) | 6.38 (1) | 1.24 |'
+
 if ! grep -q '^<svg ' "$svg" || ! grep -q '</svg>' "$svg"; then
     echo "bench_perf_table: --svg wrote no SVG" >&2
     exit 1
