@@ -294,6 +294,7 @@ def write_svg(path, samples):
 # a run whose two probes fall on the same side of the widest gap between the floors seen is
 # filed under that placement, one whose placement moved during it is left out here.
 SAME_HOST = ["coverse-shm", "ompi-vader", "ucx-shm"]
+TCP = ["coverse-tcp", "ompi-tcp", "ucx-tcp"]
 PLACED = [("pingpong", 8), ("pingpong", 1024), ("rate", 8)]
 
 
@@ -328,9 +329,6 @@ def placement_split(path):
         split.setdefault(key, {}).setdefault("close" if near[0] else "apart", {}).setdefault(
             impl, []).append(r[field])
     return threshold, split
-
-
-TCP = ["coverse-tcp", "ompi-tcp", "ucx-tcp"]
 
 
 def placed_rows(split, impls, ours, peer):

@@ -157,10 +157,7 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
         if (!p.eager_out->drained_hinted()) return false;
         c = p.eager_out.get();
     }
-    // A channel whose receiver stopped reading (a bad footer) takes nothing more: it would
-    // never be taken. Nor does an empty message, which no footer can say.
-    if (!c || size == 0 || c->seg.header().receiver_stopped.load(std::memory_order_relaxed))
-        return false;
+    if (!c || !c->open_for(size)) return false;
     if (!may_switch_to(dest, c)) {
         ++eager.order_waits;
         return false;  // the ring still carries earlier messages: stay on it

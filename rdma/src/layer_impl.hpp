@@ -120,6 +120,13 @@ struct eager_tx {
     bool drained_hinted() const noexcept {
         return taken_hint == static_cast<std::uint32_t>(written) || drained();
     }
+    /// Whether the channel could take a message of `size` bytes: it fits a slot, it is not
+    /// empty (no footer says an empty message), and the receiver still reads (after a bad
+    /// footer it stopped: what goes in would never be taken).
+    bool open_for(std::uint32_t size) const noexcept {
+        return size != 0 && size <= seg.capacity() &&
+               seg.header().receiver_stopped.load(std::memory_order_relaxed) == 0;
+    }
     /// The slot message `written` goes to, with the skips up to it written (eager.cpp);
     /// nullopt when no slot is free and passed by the receiver: no credit.
     std::optional<std::uint32_t> claim_slot(std::uint64_t taken) noexcept;

@@ -178,9 +178,7 @@ bool layer::impl::ring_burst_write(std::uint32_t dest, const std::byte* buf,
         return false;
     // Counted as eager_send would for a channel that could take it (it is not asked for a
     // slot here: a burst stays on the ring whatever the channel holds).
-    if (p.eager_out && size != 0 &&
-        !p.eager_out->seg.header().receiver_stopped.load(std::memory_order_relaxed))
-        ++eager.order_waits;
+    if (p.eager_out && p.eager_out->open_for(size)) ++eager.order_waits;
     if (p.out_ring->take_sleeper()) p.out_bell->ring();
     return true;
 }

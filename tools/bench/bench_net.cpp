@@ -1,8 +1,9 @@
 // bench_net: ping-pong between two processes over loopback, side by side in one run:
 // coverse's mesh on the io_uring backend, the same mesh on the Asio backend, and two plain
 // socket baselines (TCP_NODELAY): blocking, and busy-polled (recv with MSG_DONTWAIT in a
-// loop, the floor a spinning runtime could reach over the kernel's TCP). One-way latency (half the
-// round trip, p50 and mean) for 8 B, 1 KiB and 64 KiB, and windowed bandwidth for 1 MiB messages.
+// loop, the floor a spinning runtime could reach over the kernel's TCP). One-way latency
+// (half the round trip, p50 and mean) for 8 B, 1 KiB and 64 KiB, and windowed bandwidth for
+// 1 MiB messages.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -30,12 +31,19 @@ using namespace coverse;
 using namespace coverse::net;
 using bench_clock = std::chrono::steady_clock;
 
+// Every mode, in the order a run without --mode takes them; the last two are the plain
+// socket baselines (run_socket_pe), the others the mesh on that backend (run_mesh_pe).
+const std::vector<std::string> all_modes{"io_uring", "asio", "blocking", "busy"};
+bool socket_mode(const std::string& mode) {
+    return mode == "blocking" || mode == "busy";
+}
+
 struct options {
     int iterations = 2000;
     int bw_rounds = 20;
     int window = 16;
     bool json = false;
-    std::vector<std::string> modes{"io_uring", "asio", "blocking", "busy"};
+    std::vector<std::string> modes = all_modes;
 };
 
 struct result {
@@ -279,7 +287,7 @@ std::vector<result> run_mode(const std::string& mode, const options& o) {
         pin_to_core(1);
         int code = 0;
         try {
-            if (mode == "blocking" || mode == "busy")
+            if (socket_mode(mode))
                 run_socket_pe(mode, 1, -1, p[0], o);
             else
                 run_mesh_pe(mode, 1, -1, p[0], o);
@@ -293,8 +301,8 @@ std::vector<result> run_mode(const std::string& mode, const options& o) {
     pin_to_core(0);
     std::vector<result> out;
     try {
-        out = mode == "blocking" || mode == "busy" ? run_socket_pe(mode, 0, p[1], -1, o)
-                                                   : run_mesh_pe(mode, 0, p[1], -1, o);
+        out = socket_mode(mode) ? run_socket_pe(mode, 0, p[1], -1, o)
+                                : run_mesh_pe(mode, 0, p[1], -1, o);
     } catch (...) {
         ::kill(child, SIGKILL);
         ::waitpid(child, nullptr, 0);
@@ -348,8 +356,7 @@ int main(int argc, char** argv) {
             if (!modes_given) o.modes.clear();
             modes_given = true;
             o.modes.push_back(next());
-            if (o.modes.back() != "io_uring" && o.modes.back() != "asio" &&
-                o.modes.back() != "blocking" && o.modes.back() != "busy") {
+            if (std::find(all_modes.begin(), all_modes.end(), o.modes.back()) == all_modes.end()) {
                 std::fprintf(stderr,
                              "bench_net: unknown mode '%s' (io_uring, asio, blocking, busy)\n",
                              o.modes.back().c_str());
