@@ -74,6 +74,13 @@ constexpr std::size_t default_zc_threshold = 0;
 // cancelled and its final CQE reaped before each one and re-armed after — only one receive
 // may take bytes at a time. Try COVERSE_RECV_MULTISHOT=1 where messages are small.
 constexpr bool default_recv_multishot = false;
+
+// Spinning receive (`spin_receive`) when COVERSE_RECV_SPIN is unset: on. See docs/perf.md
+// ("TCP: reading the socket while the loop spins") for the side-by-side measurement.
+constexpr bool default_recv_spin = true;
+// Streams of one thread that spin at once: each costs a system call per loop iteration,
+// so the rest wait in the ring as before.
+constexpr unsigned max_spinning_streams = 4;
 constexpr unsigned default_recv_buffers = 32;
 constexpr std::size_t default_recv_buffer_size = 32 * 1024;
 constexpr unsigned max_recv_buffers = 32768;  // the kernel's limit on a buffer ring
@@ -91,6 +98,7 @@ struct uring_settings {
     std::size_t zc_threshold = default_zc_threshold;  // 0: never zero-copy
     bool sendmsg_zc = false;      // IORING_OP_SENDMSG_ZC (gathers); SEND_ZC alone serves one part
     bool recv_multishot = false;  // multishot receive into a provided-buffer ring per stream
+    bool recv_spin = default_recv_spin;  // spinning receive (spin_receive) while the loop spins
     unsigned recv_buffers = default_recv_buffers;
     std::size_t recv_buffer_size = default_recv_buffer_size;
 };
@@ -107,6 +115,11 @@ struct uring_settings {
 // socket's list while it is in flight (a one-shot socket_request, or a stream's multishot
 // receive).
 class tracked_request : public completion {
+public:
+    /// Asks the request to end: its final completion follows (ring requests), or it ends
+    /// here and leaves the socket's list (a spinning receive, which is not in the ring).
+    virtual void cancel(reactor& ring) noexcept { ring.cancel(this); }
+
 protected:
     ~tracked_request() = default;
 
@@ -135,6 +148,18 @@ public:
 
     void add(tracked_request* r) noexcept;
     void remove(tracked_request* r) noexcept;
+
+    /// Why a request cannot start on this socket now (-EBADF, or -ECANCELED when closing
+    /// or when the awaiting coroutine's stop was requested), or 0. `stop` receives the
+    /// awaiting coroutine's stop token (null when it has none).
+    template <class P>
+    int refusal(std::coroutine_handle<P> h, const std::stop_token*& stop) const noexcept {
+        if (scheduler::current() != sched) wrong_thread();
+        if (fd < 0) return -EBADF;
+        if (closing) return -ECANCELED;
+        if constexpr (coverse::detail::has_stop_v<P>) stop = h.promise().stop();
+        return stop && stop->stop_requested() ? -ECANCELED : 0;
+    }
 
     scheduler* sched;
     reactor* ring;
@@ -184,12 +209,8 @@ public:
     template <class P>
     bool await_suspend(std::coroutine_handle<P> h) {
         socket_state& s = *_state;
-        if (scheduler::current() != s.sched) wrong_thread();
-        if (s.fd < 0) return finish_early(-EBADF);
-        if (s.closing) return finish_early(-ECANCELED);
         const std::stop_token* tok = nullptr;
-        if constexpr (coverse::detail::has_stop_v<P>) tok = h.promise().stop();
-        if (tok && tok->stop_requested()) return finish_early(-ECANCELED);
+        if (const int e = s.refusal(h, tok)) return finish_early(e);
         _handle = h;
         prepare(s.ring->prepare(this), s.fd);
         _in_flight = true;
@@ -276,6 +297,116 @@ socket_op<Prep> on(socket_state& s, Prep prep) noexcept {
     return socket_op<Prep>(s, prep);
 }
 
+// ---- spinning receive ------------------------------------------------------------------
+//
+// While the loop spins, a stream reads its socket itself, with one recv(MSG_DONTWAIT) per
+// loop iteration, instead of arming a ring receive. A ring receive costs more per message
+// on the path that matters when the loop spins: the socket's wake-up queues task work, the
+// loop sees IORING_SQ_TASKRUN and enters the kernel to run it, and only then does the
+// completion arrive. UCX and Open MPI read their sockets the same way while they poll.
+//
+// A receive suspends at once and becomes a poller of the scheduler: its first recv runs
+// with the loop's pollers, after the ready tasks (a handler's reply goes out before the
+// receiver looks for the next message), and it keeps polling until bytes come, the stream ends or
+// fails, the stop token fires, or the spin budget (the scheduler's SPIN_US) runs out or the loop
+// wants to sleep; then recv_some arms a ring receive as before, which wakes a sleeping loop. It is
+// tracked like a ring request, so close() ends it (-ECANCELED) before the fd closes.
+class spin_receive final : public tracked_request, public poller {
+public:
+    /// The result when the spin ended without bytes: receive through the ring.
+    static constexpr int gave_up = std::numeric_limits<int>::min();
+
+    spin_receive(socket_state& s, std::span<std::byte> buf) noexcept : _state(&s), _buf(buf) {}
+    spin_receive(const spin_receive&) = delete;
+    spin_receive& operator=(const spin_receive&) = delete;
+    ~spin_receive() { leave(); }  // the frame went while spinning: unhook, resume nobody
+
+    bool await_ready() const noexcept { return false; }
+
+    template <class P>
+    bool await_suspend(std::coroutine_handle<P> h) {
+        socket_state& s = *_state;
+        if (const int e = s.refusal(h, _stop)) return finish_early(e);
+        // No recv here: the first one runs with the loop's pollers, after the tasks this
+        // receive's caller just made ready (a reply to send) have run.
+        // Not while every peer's data comes through shared memory (the sockets carry only
+        // control frames then), nor for more streams than a loop iteration should afford.
+        if (s.sched->shared_memory_only() || t_spinning >= max_spinning_streams)
+            return finish_early(gave_up);
+        _handle = h;
+        _deadline = coverse::clock::now() + s.sched->options().spin;
+        s.add(this);
+        s.sched->add_poller(*this);
+        ++t_spinning;
+        _spinning = true;
+        return true;
+    }
+
+    int await_resume() const noexcept { return _result; }
+
+    bool poll() override {
+        const int r = try_recv();
+        if (r != -EAGAIN) return finish(r);
+        if (_stop && _stop->stop_requested()) return finish(-ECANCELED);
+        // The clock is read every 16th empty poll: a read costs about a tenth of the recv.
+        if ((++_empty_polls & 15) == 0 && coverse::clock::now() >= _deadline)
+            return finish(gave_up);
+        return false;
+    }
+
+    /// The loop wants to sleep, which it cannot while nothing is armed to wake it: the
+    /// next poll hands the receive to the ring.
+    bool try_sleep() override {
+        _deadline = coverse::clock::time_point::min();
+        _empty_polls = 15;
+        return false;
+    }
+
+    void cancel(reactor&) noexcept override { finish(-ECANCELED); }
+
+    void complete(int, std::uint32_t) noexcept override {}  // never in the ring
+
+private:
+    static inline thread_local unsigned t_spinning = 0;  // spinning streams of this thread
+
+    /// Bytes (> 0), 0 at the end of the stream, -EAGAIN when nothing waits, or -errno.
+    int try_recv() noexcept {
+        const ssize_t r = ::recv(_state->fd, _buf.data(), _buf.size(), MSG_DONTWAIT);
+        if (r >= 0) return static_cast<int>(r);
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
+    }
+
+    bool finish_early(int result) noexcept {
+        _result = result;
+        return false;
+    }
+
+    bool finish(int result) noexcept {
+        if (!_spinning) return false;
+        _result = result;
+        leave();
+        _state->sched->schedule(_handle);  // resumed by the loop, not inside its poll
+        return true;
+    }
+
+    void leave() noexcept {
+        if (!_spinning) return;
+        _spinning = false;
+        --t_spinning;
+        _state->sched->remove_poller(*this);
+        _state->remove(this);
+    }
+
+    socket_state* _state;
+    std::span<std::byte> _buf;
+    std::coroutine_handle<> _handle;
+    const std::stop_token* _stop = nullptr;
+    coverse::clock::time_point _deadline{};
+    unsigned _empty_polls = 0;
+    int _result = 0;
+    bool _spinning = false;
+};
+
 void socket_state::add(tracked_request* r) noexcept {
     r->_prev = nullptr;
     r->_next = _head;
@@ -300,8 +431,12 @@ void socket_state::remove(tracked_request* r) noexcept {
 void socket_state::cancel_all() noexcept {
     // A zero-copy send whose result already arrived is not found (its notification
     // follows by itself); anything else completes with -ECANCELED or its partial result.
-    for (tracked_request* r = _head; r; r = r->_next)
-        ring->cancel(r);
+    // A request that ends at once leaves the list as it is cancelled: step past it first.
+    for (tracked_request* r = _head; r;) {
+        tracked_request* next = r->_next;
+        r->cancel(*ring);
+        r = next;
+    }
 }
 
 task<void> socket_state::close() {
@@ -827,6 +962,10 @@ task<int> uring_stream::recv_some(std::span<std::byte> buf) {
     // Plain receive: multishot is off, or registering this stream's ring failed.
     void* p = buf.data();
     const auto len = static_cast<unsigned>(std::min(buf.size(), max_request_bytes));
+    if (_cfg.recv_spin) {
+        const int r = co_await spin_receive(_state, buf.first(len));
+        if (r != spin_receive::gave_up) co_return r;
+    }
     co_return co_await on(
         _state, [p, len](io_uring_sqe* sqe, int fd) { io_uring_prep_recv(sqe, fd, p, len, 0); });
 }
@@ -907,6 +1046,7 @@ public:
                  std::to_string(_cfg.recv_buffer_size) + " B buffers per stream)";
         else
             s += " recv_multishot=off (" + _multishot_off_why + ")";
+        if (!_cfg.recv_multishot) s += _cfg.recv_spin ? " recv_spin=on" : " recv_spin=off";
         return s;
     }
 
@@ -974,23 +1114,34 @@ std::size_t zc_threshold_from_env() {
     return static_cast<std::size_t>(*n);
 }
 
-// RECV_MULTISHOT: unset is the default; a switch value (1/0, on/off, ...) forces it on or off.
-// `why_off` receives what turned it off when it is off.
-bool recv_multishot_from_env(std::string& why_off) {
-    const auto v = alloc::env_setting("RECV_MULTISHOT");
-    if (!v) {
-        why_off = "off by default; COVERSE_RECV_MULTISHOT=1 turns it on";
-        return default_recv_multishot;
-    }
+// A switch setting (1/0, on/off, ...); unset is `fallback`. A value that is not a switch is
+// an error that says what each value does. `set_by` receives "COVERSE_X=v" when it is set.
+bool switch_from_env(const char* name, bool fallback, const char* on_means, const char* off_means,
+                     std::string* set_by = nullptr) {
+    const auto v = alloc::env_setting(name);
+    if (!v) return fallback;
     const auto on = alloc::parse_switch(v->value);
     if (!on)
-        throw std::invalid_argument("coverse: " + v->variable + "=" + v->value +
-                                    " is not a switch; use 1 (or on) for multishot receive into "
-                                    "a provided-buffer ring, 0 (or off) for one plain receive "
-                                    "per call, or leave it unset for the default (" +
-                                    (default_recv_multishot ? "1" : "0") + ")");
-    why_off = v->variable + "=" + v->value;
+        throw std::invalid_argument(
+            "coverse: " + v->variable + "=" + v->value + " is not a switch; use 1 (or on) " +
+            on_means + ", 0 (or off) " + off_means + ", or leave it unset for the default (" +
+            (fallback ? "1" : "0") + ")");
+    if (set_by) *set_by = v->variable + "=" + v->value;
     return *on;
+}
+
+// RECV_MULTISHOT: `why_off` receives what turned it off when it is off.
+bool recv_multishot_from_env(std::string& why_off) {
+    why_off = "off by default; COVERSE_RECV_MULTISHOT=1 turns it on";
+    return switch_from_env("RECV_MULTISHOT", default_recv_multishot,
+                           "for multishot receive into a provided-buffer ring",
+                           "for one plain receive per call", &why_off);
+}
+
+bool recv_spin_from_env() {
+    return switch_from_env("RECV_SPIN", default_recv_spin,
+                           "to read sockets with recv while the loop spins",
+                           "to receive through the ring only");
 }
 
 void recv_ring_from_env(uring_settings& cfg) {
@@ -1040,6 +1191,7 @@ std::unique_ptr<backend> make_uring_backend(scheduler& sched, std::string* why) 
         off_why =
             ring->features().buf_ring ? "" : "this kernel cannot register provided-buffer rings";
     cfg.recv_multishot = off_why.empty();
+    cfg.recv_spin = recv_spin_from_env();
     return std::make_unique<uring_backend>(sched, cfg, std::move(off_why));
 }
 

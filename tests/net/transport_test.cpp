@@ -104,25 +104,29 @@ task<void> close_both(stream_pair& p) {
 
 using coverse::test::scoped_env;
 
-// A backend and, for io_uring, its receive mode (COVERSE_RECV_MULTISHOT, set for the whole
-// test so that a backend re-made inside it keeps the mode).
+// A backend and, for io_uring, its receive mode (COVERSE_RECV_MULTISHOT and
+// COVERSE_RECV_SPIN, set for the whole test so that a backend re-made inside it keeps the
+// mode).
 struct transport_param {
     backend_kind kind;
     const char* multishot;  // "0", "1", or null: not an io_uring setting
+    const char* spin;       // the same for RECV_SPIN
     const char* name;
 };
 
-const transport_param io_uring_plain{backend_kind::io_uring, "0", "io_uring"};
-const transport_param io_uring_multishot{backend_kind::io_uring, "1", "io_uring_multishot"};
-const transport_param asio_param{backend_kind::asio, nullptr, "asio"};
+const transport_param io_uring_plain{backend_kind::io_uring, "0", "0", "io_uring"};
+const transport_param io_uring_spin{backend_kind::io_uring, "0", "1", "io_uring_spin"};
+const transport_param io_uring_multishot{backend_kind::io_uring, "1", "0", "io_uring_multishot"};
+const transport_param asio_param{backend_kind::asio, nullptr, nullptr, "asio"};
 
 class transport_test : public ::testing::TestWithParam<transport_param> {
 protected:
     void SetUp() override {
         _frames_before = live_task_frames();
         if (GetParam().multishot) _mode.emplace("COVERSE_RECV_MULTISHOT", GetParam().multishot);
+        if (GetParam().spin) _spin_mode.emplace("COVERSE_RECV_SPIN", GetParam().spin);
         scheduler_options o;
-        o.spin = std::chrono::microseconds(20);
+        o.spin = loop_spin();
         // The Asio backend serves schedulers without a ring; the ring is SINGLE_ISSUER, so
         // it is created here, on the thread that uses it.
         o.use_io_uring = GetParam().kind != backend_kind::asio;
@@ -135,8 +139,12 @@ protected:
         if (!IsSkipped() && GetParam().kind == backend_kind::io_uring) {
             const bool on = net->describe().find("recv_multishot=on") != std::string::npos;
             EXPECT_EQ(on, multishot()) << net->describe();
+            const bool spins = net->describe().find("recv_spin=on") != std::string::npos;
+            EXPECT_EQ(spins, recv_spin()) << net->describe();
         }
     }
+    // How long the loop spins before it sleeps (the spinning receive's budget too).
+    virtual std::chrono::microseconds loop_spin() const { return 20us; }
     void TearDown() override {
         net.reset();
         sched.reset();
@@ -149,6 +157,7 @@ protected:
         if (!net) GTEST_SKIP() << why;
     }
     bool multishot() const { return GetParam().multishot && GetParam().multishot[0] == '1'; }
+    bool recv_spin() const { return GetParam().spin && GetParam().spin[0] == '1'; }
     // Runs a test body on the scheduler, bounded.
     void run(task<void> body) {
         const bool finished = sync_wait(with_timeout(std::move(body), test_limit));
@@ -161,6 +170,7 @@ protected:
 private:
     std::int64_t _frames_before = 0;
     std::optional<scoped_env> _mode;
+    std::optional<scoped_env> _spin_mode;
 };
 
 std::string param_name(const ::testing::TestParamInfo<transport_param>& info) {
@@ -168,7 +178,8 @@ std::string param_name(const ::testing::TestParamInfo<transport_param>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(backends, transport_test,
-                         ::testing::Values(io_uring_plain, io_uring_multishot, asio_param),
+                         ::testing::Values(io_uring_plain, io_uring_spin, io_uring_multishot,
+                                           asio_param),
                          param_name);
 
 TEST_P(transport_test, names_and_describes_itself) {
@@ -559,6 +570,133 @@ TEST_P(transport_test, a_recv_frame_destroyed_mid_request_lets_go_of_its_buffer)
         EXPECT_EQ(co_await recv_text(b, 5), "later");
     }(p.first.get(), p.second.get()));
     sync_wait(close_both(p));
+}
+
+// ---- spinning receive only --------------------------------------------------------------
+
+// The loop spins for 10 s before it sleeps, so a receive stays in its spinning stage (a
+// poller reading the socket with recv) for as long as each test waits.
+class spin_test : public transport_test {
+protected:
+    std::chrono::microseconds loop_spin() const override { return 10s; }
+};
+
+INSTANTIATE_TEST_SUITE_P(io_uring, spin_test, ::testing::Values(io_uring_spin), param_name);
+
+// While it spins, the receive has no request in the ring: the bytes come through its own
+// recv. With RECV_SPIN=0 the same wait holds one ring receive.
+task<void> spin_reads_itself_body(backend* net, reactor* ring) {
+    auto p = co_await connected_pair(net);
+    const std::uint64_t before = ring->in_flight();
+    auto late_sender = [](stream* s, reactor* r, std::uint64_t base) -> task<int> {
+        co_await sleep_for(5ms);
+        EXPECT_EQ(r->in_flight(), base) << "a spinning receive put a request in the ring";
+        co_return co_await send_text(s, "spun");
+    };
+    auto [got, sent] =
+        co_await when_all(recv_text(p.second.get(), 4), late_sender(p.first.get(), ring, before));
+    EXPECT_EQ(got, "spun");
+    EXPECT_EQ(sent, 0) << err(sent);
+    co_await close_both(p);
+}
+
+TEST_P(spin_test, a_spinning_receive_reads_the_socket_without_a_ring_request) {
+    ASSERT_NE(sched->io(), nullptr);
+    run(spin_reads_itself_body(net.get(), sched->io()));
+}
+
+TEST_P(spin_test, a_bad_setting_is_a_clear_error_naming_it) {
+    for (const char* bad : {"maybe", "2"}) {
+        scoped_env mode("COVERSE_RECV_SPIN", bad);
+        try {
+            (void)make_backend(*sched, backend_kind::io_uring, nullptr);
+            ADD_FAILURE() << "COVERSE_RECV_SPIN=" << bad << " was accepted";
+        } catch (const std::invalid_argument& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find(std::string("COVERSE_RECV_SPIN=") + bad), std::string::npos)
+                << what;
+            EXPECT_NE(what.find("is not a switch"), std::string::npos) << what;
+        }
+    }
+    scoped_env off("COVERSE_RECV_SPIN", "off");
+    auto plain = make_backend(*sched, backend_kind::io_uring, nullptr);
+    ASSERT_NE(plain, nullptr);
+    EXPECT_NE(plain->describe().find("recv_spin=off"), std::string::npos) << plain->describe();
+}
+
+TEST_P(spin_test, a_stop_request_cancels_a_spinning_receive) {
+    run(stop_recv_body(net.get()));
+}
+
+TEST_P(spin_test, close_cancels_a_spinning_receive) {
+    run(close_recv_body(net.get()));
+}
+
+TEST_P(spin_test, a_frame_destroyed_while_spinning_unhooks_its_receive) {
+    auto p = sync_wait(connected_pair(net.get()));
+    {
+        std::vector<std::byte> buf(64);
+        auto t = p.second->recv_some(buf);
+        t.handle().resume();  // up to the spinning receive, now one of the loop's pollers
+        ASSERT_FALSE(t.handle().done());
+        t = {};  // a poller left behind would read into `buf` after it is gone
+    }
+    run([](stream* a, stream* b) -> task<void> {
+        require(co_await send_text(a, "later") == 0, "send later");
+        EXPECT_EQ(co_await recv_text(b, 5), "later");
+    }(p.first.get(), p.second.get()));
+    sync_wait(close_both(p));
+}
+
+// More receivers than spin at once (4): the rest wait in the ring, and all get their bytes.
+task<void> many_spinners_body(backend* net) {
+    constexpr int pairs = 7;
+    std::vector<stream_pair> ps;
+    for (int i = 0; i < pairs; ++i)
+        ps.push_back(co_await connected_pair(net));
+    auto receiver = [](stream* s, std::string want) -> task<void> {
+        EXPECT_EQ(co_await recv_text(s, want.size()), want);
+    };
+    auto senders = [](std::vector<stream_pair>* v) -> task<void> {
+        co_await sleep_for(5ms);
+        for (std::size_t i = 0; i < v->size(); ++i)
+            require(co_await send_text((*v)[i].first.get(), "pair" + std::to_string(i)) == 0,
+                    "send to pair " + std::to_string(i));
+    };
+    task_scope scope("receivers");
+    for (int i = 0; i < pairs; ++i)
+        scope.spawn(receiver(ps[i].second.get(), "pair" + std::to_string(i)),
+                    "receiver " + std::to_string(i));
+    co_await senders(&ps);
+    co_await scope.join();
+    for (auto& p : ps)
+        co_await close_both(p);
+}
+
+TEST_P(spin_test, more_receivers_than_spin_at_once_all_receive) {
+    run(many_spinners_body(net.get()));
+}
+
+// With the loop's usual short spin, a receive that waits longer hands over to the ring when
+// the loop wants to sleep: the loop sleeps (it could not while a receive spun) and the
+// bytes still arrive, through the ring.
+task<void> spin_then_sleep_body(backend* net, scheduler* sched) {
+    auto p = co_await connected_pair(net);
+    const auto blocks_before = sched->stats().blocks;
+    auto late_sender = [](stream* s) -> task<int> {
+        co_await sleep_for(50ms);
+        co_return co_await send_text(s, "slept");
+    };
+    auto [got, sent] = co_await when_all(recv_text(p.second.get(), 5), late_sender(p.first.get()));
+    EXPECT_EQ(got, "slept");
+    EXPECT_EQ(sent, 0) << err(sent);
+    EXPECT_GT(sched->stats().blocks, blocks_before)
+        << "the loop never slept while a receive waited";
+    co_await close_both(p);
+}
+
+TEST_P(transport_test, a_receive_waiting_past_the_spin_lets_the_loop_sleep) {
+    run(spin_then_sleep_body(net.get(), &*sched));
 }
 
 // ---- multishot receive only ------------------------------------------------------------

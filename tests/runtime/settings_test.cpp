@@ -112,10 +112,11 @@ TEST_F(settings_test, every_entry_is_complete_and_its_default_is_valid) {
         EXPECT_EQ(s.type == value_type::choice, !s.choices.empty()) << s.name;
     }
     // The settings the code reads today (grep getenv/env_setting).
-    for (const char* name : {"MEMORY_POOL_PREALLOCATE", "MEMORY_POOL_GROW", "LEAK_REPORT", "RCACHE",
-                             "RCACHE_MAX_ENTRIES", "RCACHE_MAX_BYTES", "SPIN_US", "TASK_QUOTA",
-                             "IO_URING", "MAX_MESSAGE", "ZC_THRESHOLD", "RECV_MULTISHOT",
-                             "RECV_BUFFERS", "RECV_BUFFER_SIZE", "TRACE_LIMIT", "TRACE_MODE"})
+    for (const char* name :
+         {"MEMORY_POOL_PREALLOCATE", "MEMORY_POOL_GROW", "LEAK_REPORT", "RCACHE",
+          "RCACHE_MAX_ENTRIES", "RCACHE_MAX_BYTES", "SPIN_US", "TASK_QUOTA", "IO_URING",
+          "MAX_MESSAGE", "ZC_THRESHOLD", "RECV_MULTISHOT", "RECV_SPIN", "RECV_BUFFERS",
+          "RECV_BUFFER_SIZE", "TRACE_LIMIT", "TRACE_MODE"})
         EXPECT_NE(find(name), nullptr) << name;
 }
 

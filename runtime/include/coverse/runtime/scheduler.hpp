@@ -118,8 +118,10 @@ public:
     /// is then polled on every kernel_poll_every-th iteration with nothing to submit,
     /// instead of every one. Submissions always go at once.
     void set_shared_memory_only(bool on) noexcept {
+        _shared_memory_only = on;
         _kernel_poll_every = on ? _opts.kernel_poll_every : 1;
     }
+    bool shared_memory_only() const noexcept { return _shared_memory_only; }
 
     void add_poller(poller& p);
     void remove_poller(poller& p) noexcept;
@@ -262,7 +264,8 @@ private:
     std::deque<std::function<void()>> _deliveries;
     int _delivery_depth = 0;
     bool _end_turn = false;
-    unsigned _kernel_poll_every = 1;  // see set_shared_memory_only
+    bool _shared_memory_only = false;  // see set_shared_memory_only
+    unsigned _kernel_poll_every = 1;
     unsigned _kernel_polls_skipped = 0;
 
     // Producers push one node each; the loop takes the whole stack with one atomic
