@@ -208,15 +208,10 @@ public:
 
     template <class P>
     bool await_suspend(std::coroutine_handle<P> h) {
-        socket_state& s = *_state;
         const std::stop_token* tok = nullptr;
-        if (const int e = s.refusal(h, tok)) return finish_early(e);
+        if (const int e = _state->refusal(h, tok)) return finish_early(e);
         _handle = h;
-        prepare(s.ring->prepare(this), s.fd);
-        _in_flight = true;
-        s.add(this);
-        // After prepare(): a cancel queued behind the request finds it.
-        if (tok && tok->stop_possible()) _on_stop.emplace(*tok, canceller{this});
+        if (!start_elsewhere(tok)) to_ring(tok);
         return true;
     }
 
@@ -242,6 +237,30 @@ protected:
     ~socket_request() = default;
 
     virtual void prepare(io_uring_sqe* sqe, int fd) noexcept = 0;
+
+    /// A request that can first try without the ring (a spinning receive) takes over here
+    /// and returns true; it later ends through resume_with() or hands over with to_ring().
+    virtual bool start_elsewhere(const std::stop_token*) noexcept { return false; }
+
+    /// Puts the request in the ring and in the socket's list; its final completion resumes
+    /// the awaiting coroutine. `stop` (may be null) cancels it.
+    void to_ring(const std::stop_token* stop) noexcept {
+        socket_state& s = *_state;
+        prepare(s.ring->prepare(this), s.fd);
+        _in_flight = true;
+        s.add(this);
+        // After prepare(): a cancel queued behind the request finds it.
+        if (stop && stop->stop_possible()) _on_stop.emplace(*stop, canceller{this});
+    }
+
+    /// Ends a request that never went to the ring: the coroutine resumes with `result` on
+    /// the loop's next turn.
+    void resume_with(int result) noexcept {
+        _result = result;
+        _state->sched->schedule(_handle);
+    }
+
+    socket_state& state() const noexcept { return *_state; }
 
     /// For the final class's destructor, before its members go: a frame destroyed with the
     /// request in flight (an exception unwound its task) cancels it and reaps until the
@@ -305,87 +324,84 @@ socket_op<Prep> on(socket_state& s, Prep prep) noexcept {
 // loop sees IORING_SQ_TASKRUN and enters the kernel to run it, and only then does the
 // completion arrive. UCX and Open MPI read their sockets the same way while they poll.
 //
-// A receive suspends at once and becomes a poller of the scheduler: its first recv runs
+// The receive suspends at once and becomes a poller of the scheduler: its first recv runs
 // with the loop's pollers, after the ready tasks (a handler's reply goes out before the
-// receiver looks for the next message), and it keeps polling until bytes come, the stream ends or
-// fails, the stop token fires, or the spin budget (the scheduler's SPIN_US) runs out or the loop
-// wants to sleep; then recv_some arms a ring receive as before, which wakes a sleeping loop. It is
-// tracked like a ring request, so close() ends it (-ECANCELED) before the fd closes.
-class spin_receive final : public tracked_request, public poller {
+// receiver looks for the next message). It ends when bytes come, the stream ends or fails,
+// the stop token fires or close() cancels it. When the spin budget (the scheduler's SPIN_US)
+// runs out or the loop wants to sleep, the same request goes into the ring as a plain
+// receive, which wakes a sleeping loop: the awaiting coroutine is resumed once, with the
+// result, and never touches the stream between the two stages. It is in the socket's list
+// in both stages, so close() and the owner's destructor end it before the fd closes.
+class spin_receive final : public socket_request, public poller {
 public:
-    /// The result when the spin ended without bytes: receive through the ring.
-    static constexpr int gave_up = std::numeric_limits<int>::min();
-
-    spin_receive(socket_state& s, std::span<std::byte> buf) noexcept : _state(&s), _buf(buf) {}
-    spin_receive(const spin_receive&) = delete;
-    spin_receive& operator=(const spin_receive&) = delete;
-    ~spin_receive() { leave(); }  // the frame went while spinning: unhook, resume nobody
-
-    bool await_ready() const noexcept { return false; }
-
-    template <class P>
-    bool await_suspend(std::coroutine_handle<P> h) {
-        socket_state& s = *_state;
-        if (const int e = s.refusal(h, _stop)) return finish_early(e);
-        // No recv here: the first one runs with the loop's pollers, after the tasks this
-        // receive's caller just made ready (a reply to send) have run.
-        // Not while every peer's data comes through shared memory (the sockets carry only
-        // control frames then), nor for more streams than a loop iteration should afford.
-        if (s.sched->shared_memory_only() || t_spinning >= max_spinning_streams)
-            return finish_early(gave_up);
-        _handle = h;
-        _deadline = coverse::clock::now() + s.sched->options().spin;
-        s.add(this);
-        s.sched->add_poller(*this);
-        ++t_spinning;
-        _spinning = true;
-        return true;
+    spin_receive(socket_state& s, std::span<std::byte> buf) noexcept
+        : socket_request(s), _buf(buf) {}
+    ~spin_receive() {
+        leave();    // the frame went while spinning: unhook, resume nobody
+        abandon();  // or while in the ring: cancel and reap
     }
-
-    int await_resume() const noexcept { return _result; }
 
     bool poll() override {
         const int r = try_recv();
         if (r != -EAGAIN) return finish(r);
         if (_stop && _stop->stop_requested()) return finish(-ECANCELED);
         // The clock is read every 16th empty poll: a read costs about a tenth of the recv.
-        if ((++_empty_polls & 15) == 0 && coverse::clock::now() >= _deadline)
-            return finish(gave_up);
+        if ((++_empty_polls & 15) == 0 && coverse::clock::now() >= _deadline) {
+            leave();
+            to_ring(_stop);
+            return true;
+        }
         return false;
     }
 
     /// The loop wants to sleep, which it cannot while nothing is armed to wake it: the
-    /// next poll hands the receive to the ring.
+    /// next poll hands the receive to the ring. (Not here: leaving the pollers while the
+    /// loop asks each of them would make it skip the next one.)
     bool try_sleep() override {
         _deadline = coverse::clock::time_point::min();
         _empty_polls = 15;
         return false;
     }
 
-    void cancel(reactor&) noexcept override { finish(-ECANCELED); }
-
-    void complete(int, std::uint32_t) noexcept override {}  // never in the ring
+    void cancel(reactor& ring) noexcept override {
+        if (_spinning)
+            finish(-ECANCELED);
+        else
+            socket_request::cancel(ring);
+    }
 
 private:
     static inline thread_local unsigned t_spinning = 0;  // spinning streams of this thread
 
+    void prepare(io_uring_sqe* sqe, int fd) noexcept override {
+        io_uring_prep_recv(sqe, fd, _buf.data(), static_cast<unsigned>(_buf.size()), 0);
+    }
+
+    bool start_elsewhere(const std::stop_token* stop) noexcept override {
+        socket_state& s = state();
+        // Not while every peer's data comes through shared memory (the sockets carry only
+        // control frames then), nor for more streams than a loop iteration should afford.
+        if (s.sched->shared_memory_only() || t_spinning >= max_spinning_streams) return false;
+        s.sched->add_poller(*this);  // first: it may throw, with nothing else changed yet
+        _stop = stop;
+        _deadline = coverse::clock::now() + s.sched->options().spin;
+        s.add(this);
+        ++t_spinning;
+        _spinning = true;
+        return true;
+    }
+
     /// Bytes (> 0), 0 at the end of the stream, -EAGAIN when nothing waits, or -errno.
     int try_recv() noexcept {
-        const ssize_t r = ::recv(_state->fd, _buf.data(), _buf.size(), MSG_DONTWAIT);
+        const ssize_t r = ::recv(state().fd, _buf.data(), _buf.size(), MSG_DONTWAIT);
         if (r >= 0) return static_cast<int>(r);
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
     }
 
-    bool finish_early(int result) noexcept {
-        _result = result;
-        return false;
-    }
-
     bool finish(int result) noexcept {
         if (!_spinning) return false;
-        _result = result;
         leave();
-        _state->sched->schedule(_handle);  // resumed by the loop, not inside its poll
+        resume_with(result);  // resumed by the loop, not inside its poll
         return true;
     }
 
@@ -393,17 +409,14 @@ private:
         if (!_spinning) return;
         _spinning = false;
         --t_spinning;
-        _state->sched->remove_poller(*this);
-        _state->remove(this);
+        state().sched->remove_poller(*this);
+        state().remove(this);
     }
 
-    socket_state* _state;
     std::span<std::byte> _buf;
-    std::coroutine_handle<> _handle;
     const std::stop_token* _stop = nullptr;
     coverse::clock::time_point _deadline{};
     unsigned _empty_polls = 0;
-    int _result = 0;
     bool _spinning = false;
 };
 
@@ -962,10 +975,7 @@ task<int> uring_stream::recv_some(std::span<std::byte> buf) {
     // Plain receive: multishot is off, or registering this stream's ring failed.
     void* p = buf.data();
     const auto len = static_cast<unsigned>(std::min(buf.size(), max_request_bytes));
-    if (_cfg.recv_spin) {
-        const int r = co_await spin_receive(_state, buf.first(len));
-        if (r != spin_receive::gave_up) co_return r;
-    }
+    if (_cfg.recv_spin) co_return co_await spin_receive(_state, buf.first(len));
     co_return co_await on(
         _state, [p, len](io_uring_sqe* sqe, int fd) { io_uring_prep_recv(sqe, fd, p, len, 0); });
 }

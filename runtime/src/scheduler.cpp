@@ -316,8 +316,13 @@ bool scheduler::drain_remote() {
 
 bool scheduler::poll_pollers() {
     bool did = false;
-    for (std::size_t i = 0; i < _pollers.size(); ++i)
-        did |= _pollers[i]->poll();
+    for (std::size_t i = 0; i < _pollers.size();) {
+        poller* p = _pollers[i];
+        did |= p->poll();
+        // A poller may remove itself (a spinning receive that ended): the next one then
+        // sits at i, and is not skipped.
+        if (i < _pollers.size() && _pollers[i] == p) ++i;
+    }
     return did;
 }
 

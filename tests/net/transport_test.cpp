@@ -572,6 +572,31 @@ TEST_P(transport_test, a_recv_frame_destroyed_mid_request_lets_go_of_its_buffer)
     sync_wait(close_both(p));
 }
 
+// The same after the loop ran for a while: a spinning receive has handed over to the ring
+// by then (the loop's spin is 20 µs), and the frame that goes must take its request along.
+TEST_P(transport_test, a_recv_frame_destroyed_after_the_loop_ran_lets_go_of_its_buffer) {
+    auto p = sync_wait(connected_pair(net.get()));
+    const std::uint64_t before = sched->io() ? sched->io()->in_flight() : 0;
+    {
+        auto buf = std::make_unique<std::vector<std::byte>>(64);
+        auto t = p.second->recv_some(*buf);
+        t.handle().resume();
+        ASSERT_FALSE(t.handle().done());
+        // The loop spins, then sleeps: the receive is in the ring.
+        sync_wait([]() -> task<void> { co_await sleep_for(5ms); }());
+        ASSERT_FALSE(t.handle().done()) << "nothing was sent, yet the receive ended";
+        t = {};
+    }
+    if (sched->io() && !multishot()) {
+        EXPECT_LE(sched->io()->in_flight(), before + 1) << "only the loop's own wake-up read";
+    }
+    run([](stream* a, stream* b) -> task<void> {
+        require(co_await send_text(a, "later") == 0, "send later");
+        EXPECT_EQ(co_await recv_text(b, 5), "later");
+    }(p.first.get(), p.second.get()));
+    sync_wait(close_both(p));
+}
+
 // ---- spinning receive only --------------------------------------------------------------
 
 // The loop spins for 10 s before it sleeps, so a receive stays in its spinning stage (a
