@@ -548,6 +548,13 @@ TEST_P(transport_test, closing_a_listener_cancels_its_pending_accept) {
     run(close_accept_body(net.get()));
 }
 
+// After an abandoned receive: bytes sent later still arrive whole; then both ends close.
+task<void> later_bytes_still_arrive(stream_pair& p) {
+    require(co_await send_text(p.first.get(), "later") == 0, "send later");
+    EXPECT_EQ(co_await recv_text(p.second.get(), 5), "later");
+    co_await close_both(p);
+}
+
 // A recv whose frame is destroyed while the request is in flight (what happens when an
 // exception unwinds the task that owned it): the backend cancels and waits for the kernel
 // before the frame's memory goes, and the data that arrives later is not lost.
@@ -565,11 +572,7 @@ TEST_P(transport_test, a_recv_frame_destroyed_mid_request_lets_go_of_its_buffer)
         EXPECT_LE(sched->io()->in_flight(), multishot() ? 2u : 1u)
             << "only the scheduler's own wake-up read (and the stream's multishot receive)";
     }
-    run([](stream* a, stream* b) -> task<void> {
-        require(co_await send_text(a, "later") == 0, "send later");
-        EXPECT_EQ(co_await recv_text(b, 5), "later");
-    }(p.first.get(), p.second.get()));
-    sync_wait(close_both(p));
+    run(later_bytes_still_arrive(p));
 }
 
 // The same after the loop ran for a while: a spinning receive has handed over to the ring
@@ -590,11 +593,7 @@ TEST_P(transport_test, a_recv_frame_destroyed_after_the_loop_ran_lets_go_of_its_
     if (sched->io() && !multishot()) {
         EXPECT_LE(sched->io()->in_flight(), before + 1) << "only the loop's own wake-up read";
     }
-    run([](stream* a, stream* b) -> task<void> {
-        require(co_await send_text(a, "later") == 0, "send later");
-        EXPECT_EQ(co_await recv_text(b, 5), "later");
-    }(p.first.get(), p.second.get()));
-    sync_wait(close_both(p));
+    run(later_bytes_still_arrive(p));
 }
 
 // ---- spinning receive only --------------------------------------------------------------
@@ -666,11 +665,7 @@ TEST_P(spin_test, a_frame_destroyed_while_spinning_unhooks_its_receive) {
         ASSERT_FALSE(t.handle().done());
         t = {};  // a poller left behind would read into `buf` after it is gone
     }
-    run([](stream* a, stream* b) -> task<void> {
-        require(co_await send_text(a, "later") == 0, "send later");
-        EXPECT_EQ(co_await recv_text(b, 5), "later");
-    }(p.first.get(), p.second.get()));
-    sync_wait(close_both(p));
+    run(later_bytes_still_arrive(p));
 }
 
 // More receivers than spin at once (4): the rest wait in the ring, and all get their bytes.
