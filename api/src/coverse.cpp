@@ -372,7 +372,12 @@ task<void> machine::send_bytes(std::uint32_t pe, std::span<const std::byte> byte
 
 bool send_op::await_ready() {
     semaphore* wait = nullptr;
-    if (_m->send_at_once(_pe, _msg, wait)) return true;
+    if (_copying) {
+        _copying = false;
+        if (_m->send_copy_at_once(_pe, _handler, _payload, _msg, wait)) return true;
+    } else if (_m->send_at_once(_pe, _msg, wait)) {
+        return true;
+    }
     _slow = _m->send_rest(_pe, std::move(_msg), wait);
     return false;
 }
@@ -406,6 +411,49 @@ bool machine::send_at_once(std::uint32_t pe, message& msg, semaphore*& wait) {
         mark_credited(msg);
     }
     return send_small(pe, msg);
+}
+
+// A copying send's frameless attempt: a small payload goes into the peer's ring from a
+// message composed on this stack, the copy the ring makes being the only one. (An allocated
+// copy, written and freed per send, cost the coroutine API's 8 B rate ~10 % against the
+// facade's sends of one buffer.) Otherwise, or when the ring cannot take it, the copy is made
+// in `msg`, credited if the stream credit was taken, for send_rest.
+bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const std::byte> payload,
+                                message& msg, semaphore*& wait) {
+    if (pe >= _core->num_pes() || _core->is_lost(pe)) [[unlikely]] {
+        check_pe(pe, "send");
+        check_not_lost(pe, "a send to it");
+    }
+    bool credited = false;
+    if (message_stream* s = stream_for(handler); s && s->capacity() > 0) {
+        semaphore& c =
+            pe < s->_credits.size() && s->_credits[pe] ? *s->_credits[pe] : credits(handler, pe);
+        if (!c.try_acquire()) {
+            wait = &c;
+            msg = make_message(handler, payload);
+            return false;
+        }
+        credited = true;
+    }
+    // Small enough for the ring or an eager slot: composed on this stack and copied there.
+    constexpr std::size_t on_stack = 512;
+    if (const std::size_t size = CmiMsgHeaderSizeBytes + payload.size(); size <= on_stack) {
+        alignas(16) std::byte buf[on_stack];
+        CmiMsgHeaderBasic h{};
+        h.handler = static_cast<std::uint32_t>(handler);
+        if (credited) h.flags = credit_flag | (this->pe() << source_shift);
+        std::memcpy(buf, &h, sizeof h);
+        if (!payload.empty())
+            std::memcpy(buf + CmiMsgHeaderSizeBytes, payload.data(), payload.size());
+        if (_core->send_now_borrowing(pe, buf, static_cast<std::uint32_t>(size))) {
+            if (_core->is_lost(pe)) [[unlikely]]
+                throw peer_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
+            return true;
+        }
+    }
+    msg = make_message(handler, payload);
+    if (credited) mark_credited(msg);
+    return false;
 }
 
 task<void> machine::send_rest(std::uint32_t pe, message msg, semaphore* wait) {
@@ -448,10 +496,6 @@ task<void> machine::send(std::uint32_t pe, std::span<const std::byte> msg) {
         co_return;
     }
     co_await send_bytes(pe, msg);
-}
-
-task<void> machine::send(std::uint32_t pe, int handler, std::span<const std::byte> payload) {
-    co_await send(pe, make_message(handler, payload));
 }
 
 task<void> machine::broadcast(std::span<const std::byte> msg, bool include_self) {

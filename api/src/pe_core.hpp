@@ -197,6 +197,12 @@ public:
         return try_send_now(static_cast<int>(dest), static_cast<int>(alloc::msg_size(msg)), msg,
                             ownership::take);
     }
+    /// The same from a caller's buffer (a whole message of `size` bytes, at most the small
+    /// boundary), copied into the ring or slot: true when it went.
+    bool send_now_borrowing(std::uint32_t dest, const void* msg, std::uint32_t size) {
+        return try_send_now(static_cast<int>(dest), static_cast<int>(size), const_cast<void*>(msg),
+                            ownership::borrow);
+    }
     task<void> finish_send(CmiCommHandle h, std::uint32_t dest);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
     /// A message the coroutine API sends for itself (ownership taken): under

@@ -1,5 +1,6 @@
 // The coroutine API's awaitables on 1, 2 and 4 PEs (same host and over TCP): ownership-
-// taking sends (small and 1 MiB), typed sends and receives, receive timeouts and
+// taking sends (small and 1 MiB), copying sends (read when awaited, none when dropped),
+// typed sends and receives, receive timeouts and
 // cancellation (a stop before and after a message was handed over: none is half-taken),
 // when_all / when_any over sends and receives, bounded streams (a full stream holds the
 // sender back), the typed collectives with a user type and operator, the machine's task
@@ -11,6 +12,7 @@
 #include <coverse/runtime/timer.hpp>
 #include <coverse/runtime/when.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -130,6 +132,40 @@ coverse::task<void> sends(coverse::machine& m, streams st) {
         }
         EXPECT(threw, "next<int64_t> of a 2-byte message must throw", pe);
     }
+    // Copying sends from the caller's bytes: read when awaited, reusable once it completes
+    // (the small ones go straight into the peer's ring on the same host, a copy elsewhere).
+    {
+        std::vector<std::uint32_t> word(1);
+        for (std::uint32_t batch = 0; batch < 4; ++batch) {  // 25 at a time: within credits
+            for (std::uint32_t i = batch * 25; i < (batch + 1) * 25; ++i) {
+                word[0] = me * 1000 + i;
+                co_await m.send(next, ring.handler(), std::span<const std::uint32_t>(word));
+                word[0] = 0xDEAD;  // after the await: must not reach the receiver
+            }
+            for (std::uint32_t i = batch * 25; i < (batch + 1) * 25; ++i) {
+                const auto v = co_await ring.next<std::uint32_t>();
+                EXPECT(v == prev * 1000 + i, "copying send %u: got %u", pe, i, v);
+            }
+        }
+        // Dropped unawaited: nothing goes.
+        word[0] = 0xBAD;
+        { auto dropped = m.send(next, ring.handler(), std::span<const std::uint32_t>(word)); }
+        co_await m.send_value(next, ring.handler(), std::uint32_t{0x600D});
+        const auto first = co_await ring.next<std::uint32_t>();
+        EXPECT(first == 0x600D, "a dropped copying send arrived (got %#x)", pe, first);
+        // Larger than the stack's composition: an allocated copy (by rendezvous here).
+        std::vector<std::byte> bulk(64 * 1024);
+        for (std::size_t i = 0; i < bulk.size(); ++i)
+            bulk[i] = static_cast<std::byte>((i * 13 + me) & 0xFF);
+        co_await m.send(next, big.handler(), std::span<const std::byte>(bulk));
+        std::fill(bulk.begin(), bulk.end(), std::byte{0});
+        coverse::message got = co_await big.next();
+        EXPECT(got.payload().size() == bulk.size(), "64 KiB copy arrived with %zu", pe,
+               got.payload().size());
+        for (std::size_t i = 0; i < got.payload().size(); ++i)
+            if (got.payload()[i] != static_cast<std::byte>((i * 13 + prev) & 0xFF))
+                EXPECT(false, "64 KiB copy corrupt at %zu", pe, i);
+    }
     // 1 MiB, moved in: no copy on the way out; completes at get-done.
     {
         coverse::message msg = coverse::message::allocate(big.handler(), 1 << 20);
@@ -160,6 +196,14 @@ coverse::task<void> errors(coverse::machine& m, streams st) {
             threw = true;
         }
         EXPECT(threw, "a send to PE %u must throw out_of_range", pe, n);
+        threw = false;
+        try {
+            const std::uint32_t v = 1;
+            co_await m.send(n + 1, ring.handler(), std::span<const std::uint32_t>(&v, 1));
+        } catch (const std::out_of_range&) {
+            threw = true;
+        }
+        EXPECT(threw, "a copying send to PE %u must throw out_of_range", pe, n + 1);
         threw = false;
         try {
             (void)co_await m.reduce(1, std::plus<int>{}, n + 3);

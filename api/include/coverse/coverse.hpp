@@ -283,6 +283,11 @@ class [[nodiscard]] send_op {
 public:
     send_op(machine& m, std::uint32_t pe, message msg) noexcept
         : _m(&m), _pe(pe), _msg(std::move(msg)) {}
+    /// A copying send: `payload` for `handler`, read when the send_op is awaited (keep it
+    /// valid until then). A small one goes from the caller's bytes straight into the peer's
+    /// ring, with no message allocated.
+    send_op(machine& m, std::uint32_t pe, int handler, std::span<const std::byte> payload) noexcept
+        : _m(&m), _pe(pe), _handler(handler), _payload(payload), _copying(true) {}
     send_op(send_op&&) noexcept = default;
     send_op& operator=(send_op&&) = delete;
 
@@ -303,6 +308,9 @@ private:
     static task<void> run(send_op op);
     machine* _m;
     std::uint32_t _pe;
+    int _handler = -1;                    // a copying send's handler
+    std::span<const std::byte> _payload;  // a copying send's bytes
+    bool _copying = false;                // until await_ready made its message, if it had to
     message _msg;
     task<void> _slow;
 };
@@ -352,19 +360,21 @@ public:
     /// Sends a whole message (header included, handler set) from the caller's buffer.
     /// Completes when `msg` may be reused. (To a bounded stream it goes as a copy.)
     task<void> send(std::uint32_t pe, std::span<const std::byte> msg);
-    /// Sends a copy of `payload` to `handler` on `pe`.
-    task<void> send(std::uint32_t pe, int handler, std::span<const std::byte> payload);
-    /// Sends a copy of an array of T (trivially copyable) to `handler` on `pe`.
-    template <wire_value T>
-    requires(!std::same_as<std::remove_const_t<T>, std::byte>) task<void> send(std::uint32_t pe,
-                                                                               int handler,
-                                                                               std::span<T> data) {
-        co_await send(pe, make_message(handler, std::span<const T>(data)));
+    /// Sends a copy of `payload` to `handler` on `pe`; the bytes are read when the send is
+    /// awaited and may be reused once it completes. A small payload that fits the peer's
+    /// ring or eager slot is copied straight there, with no message allocated.
+    send_op send(std::uint32_t pe, int handler, std::span<const std::byte> payload) noexcept {
+        return send_op(*this, pe, handler, payload);
     }
+    /// Sends a copy of an array of T (trivially copyable) to `handler` on `pe`, as above.
+    template <wire_value T>
+    requires(!std::same_as<std::remove_const_t<T>, std::byte>) send_op
+        send(std::uint32_t pe, int handler, std::span<T> data)
+    noexcept { return send_op(*this, pe, handler, std::as_bytes(data)); }
     /// Sends one value of T to `handler` on `pe` (`stream.next<T>()` receives it).
     template <wire_value T>
     task<void> send_value(std::uint32_t pe, int handler, T value) {
-        co_await send(pe, make_message(handler, std::span<const T>(&value, 1)));
+        co_await send(pe, handler, std::as_bytes(std::span<const T>(&value, 1)));
     }
     /// To every PE (spanning tree or flat per BROADCAST_TREE); include_self adds a local copy.
     task<void> broadcast(std::span<const std::byte> msg, bool include_self = false);
@@ -521,6 +531,9 @@ private:
     /// send_op's halves: the frameless attempt (true: gone; else `wait`: the stream credit
     /// still to wait for, if any), and the rest as a task.
     bool send_at_once(std::uint32_t pe, message& msg, semaphore*& wait);
+    /// The same for a copying send: false leaves the copy made in `msg`.
+    bool send_copy_at_once(std::uint32_t pe, int handler, std::span<const std::byte> payload,
+                           message& msg, semaphore*& wait);
     task<void> send_rest(std::uint32_t pe, message msg, semaphore* wait);
     void mark_credited(message& msg) const noexcept;
     bool send_small(std::uint32_t pe, message& msg);
