@@ -31,12 +31,14 @@
 
 namespace coverse::rdma {
 
-/// The shared header at the start of a segment. Producer and consumer fields sit on
-/// separate cache lines so polling one does not steal the other's line.
+/// The shared header at the start of a segment. Producer and consumer fields sit in
+/// separate 128-byte blocks, not only separate cache lines: the adjacent-line prefetcher
+/// fetches lines in aligned pairs, so a consumer writing `head` on the line next to `tail`
+/// kept taking the producer's line (8 B facade rate +2-3 %, docs/perf.md stop 26).
 struct shm_ring_header {
-    alignas(64) std::atomic<std::uint64_t> tail;  // bytes published (producer)
-    alignas(64) std::atomic<std::uint64_t> head;  // bytes consumed (consumer)
-    alignas(64) std::atomic<std::uint32_t> consumer_sleeping;
+    alignas(128) std::atomic<std::uint64_t> tail;  // bytes published (producer)
+    alignas(128) std::atomic<std::uint64_t> head;  // bytes consumed (consumer)
+    alignas(128) std::atomic<std::uint32_t> consumer_sleeping;
     std::uint32_t magic;
     std::uint64_t capacity;  // data bytes, a power of two, after this header
     /// 1: the consumer fences every registered process's CPU before it sleeps
