@@ -11,6 +11,7 @@
 // (perf_coroutine.cpp), each right after its facade run, and prints the ratio.
 #include <converse.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -294,24 +295,6 @@ result run_coroutine(test_kind t, std::size_t bytes) {
     return coroutine_run(t, bytes, opts);
 }
 
-// --api coroutine: the coroutine run's row, then how it compares with the facade's.
-void compare(const result& facade, result coro) {
-    report(coro);
-    char text[160];
-    if (coro.test == test_kind::pingpong)
-        std::snprintf(text, sizeof text,
-                      "  coroutine/converse pingpong %zu B: latency %.3fx (p50 %.3fx)", coro.bytes,
-                      coro.lat_us / facade.lat_us, coro.p50_us / facade.p50_us);
-    else if (coro.test == test_kind::bw)
-        std::snprintf(text, sizeof text, "  coroutine/converse bw %zu B: bandwidth %.3fx%s",
-                      coro.bytes, coro.mbps / facade.mbps,
-                      coro.bytes > 16384 ? " (expose/put vs rendezvous)" : "");
-    else
-        std::snprintf(text, sizeof text, "  coroutine/converse rate 8 B: rate %.3fx",
-                      coro.msgs_per_s / facade.msgs_per_s);
-    note(text);
-}
-
 result run_one(test_kind t, std::size_t bytes) {
     switch (t) {
         case test_kind::pingpong:
@@ -326,6 +309,86 @@ result run_one(test_kind t, std::size_t bytes) {
             return run_barrier();
     }
     CmiAbort("coverse-perf: unknown test %d", static_cast<int>(t));
+}
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// A test's figure of merit: one-way p50 for pingpong (lower is better), MB/s or msg/s.
+double merit(const result& r) {
+    return r.test == test_kind::pingpong ? r.p50_us
+           : r.test == test_kind::bw     ? r.mbps
+                                         : r.msgs_per_s;
+}
+
+// Rounds' results of one API as one row: medians over the rounds, the iterations summed.
+result merged(const std::vector<result>& rounds) {
+    result m = rounds.front();
+    const auto med = [&](double result::*field) {
+        std::vector<double> v;
+        for (const result& r : rounds)
+            v.push_back(r.*field);
+        return median_of(std::move(v));
+    };
+    m.lat_us = med(&result::lat_us);
+    m.p50_us = med(&result::p50_us);
+    m.mbps = med(&result::mbps);
+    m.msgs_per_s = med(&result::msgs_per_s);
+    m.iters = 0;
+    for (const result& r : rounds)
+        m.iters += r.iters;
+    return m;
+}
+
+// --api coroutine: the facade and the coroutine API take turns, side_rounds rounds of a
+// side_rounds-th of the iterations each, the order flipping every round. The PEs' placement
+// on the cores can move during a run and changes an 8 B figure by up to 3x, so running one
+// API whole and then the other compared two machines; taking turns puts both on the same
+// one. Each API's row holds its medians over the rounds; the ratio is the median of the
+// rounds' own ratios, with their range.
+constexpr int side_rounds = 6;
+
+void side_by_side(test_kind t, std::size_t bytes) {
+    const run_plan full = plan_for(t, bytes, opts);
+    const options whole = opts;
+    opts.iters = std::max(1L, full.iters / side_rounds);
+    std::vector<result> facade, coro;
+    std::vector<double> ratios, lat_ratios;
+    for (int round = 0; round < side_rounds; ++round) {
+        if (round % 2 == 0) {
+            facade.push_back(run_one(t, bytes));
+            coro.push_back(run_coroutine(t, bytes));
+        } else {
+            coro.push_back(run_coroutine(t, bytes));
+            facade.push_back(run_one(t, bytes));
+        }
+        ratios.push_back(merit(coro.back()) / merit(facade.back()));
+        if (t == test_kind::pingpong)
+            lat_ratios.push_back(coro.back().lat_us / facade.back().lat_us);
+    }
+    opts = whole;
+    report(merged(facade));
+    const result c = merged(coro);
+    report(c);
+    const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+    char range[64];
+    std::snprintf(range, sizeof range, "%d rounds in turn: %.3f-%.3f", side_rounds, *lo, *hi);
+    char text[200];
+    if (t == test_kind::pingpong)
+        std::snprintf(text, sizeof text,
+                      "  coroutine/converse pingpong %zu B: p50 %.3fx (mean %.3fx; %s)", c.bytes,
+                      median_of(ratios), median_of(lat_ratios), range);
+    else if (t == test_kind::bw)
+        std::snprintf(text, sizeof text, "  coroutine/converse bw %zu B: bandwidth %.3fx (%s)%s",
+                      c.bytes, median_of(ratios), range,
+                      c.bytes > 16384 ? " (expose/put vs rendezvous)" : "");
+    else
+        std::snprintf(text, sizeof text, "  coroutine/converse rate 8 B: rate %.3fx (%s)",
+                      median_of(ratios), range);
+    note(text);
 }
 
 void run_tests() {
@@ -347,10 +410,10 @@ void run_tests() {
     }
     for (test_kind t : runnable)
         for (std::size_t bytes : sizes_for(t, opts)) {
-            const result facade = run_one(t, bytes);
-            report(facade);
             if (opts.api == api_kind::coroutine && t != test_kind::bcast && t != test_kind::barrier)
-                compare(facade, run_coroutine(t, bytes));
+                side_by_side(t, bytes);
+            else
+                report(run_one(t, bytes));
         }
 }
 
