@@ -132,7 +132,9 @@ void message_stream::give_back(void* msg) {
     _queue.push_front(msg);
 }
 
-void message_stream::taken(void* msg) {
+void message_stream::credit_taken(void* msg) {
+    static_assert(header_credit_bit == detail::header_flag_stream_credit &&
+                  offsetof(CmiMsgHeaderBasic, flags) == header_flags_word * sizeof(std::uint32_t));
     CmiMsgHeaderBasic* h = header_of(msg);
     const std::uint32_t flags = h->flags;
     if (!(flags & credit_flag)) return;  // not a credited send (or an unbounded stream)
@@ -170,25 +172,10 @@ void message_stream::receive_awaiter::enqueue() noexcept {
     _s._waiters.push_back(this);
 }
 
-bool message_stream::receive_awaiter::try_now() noexcept {
-    if (_s._queue.empty() || !_s._waiters.empty()) return false;  // FIFO among receivers
-    _msg = _s._queue.front();
-    _s._queue.pop_front();
-    return true;
-}
-
-message_stream::receive_awaiter::~receive_awaiter() {
+// The receive's frame is destroyed while it waits, or after it was handed a message.
+void message_stream::receive_awaiter::leave() noexcept {
     this->leave_if_waiting();
     if (_msg) _s.give_back(std::exchange(_msg, nullptr));  // woken, then its task was dropped
-}
-
-message message_stream::receive_awaiter::await_resume() {
-    void* m = _msg;
-    if (!m || (_stop && _stop->stop_requested())) [[unlikely]]
-        return resume_without_message();
-    _msg = nullptr;
-    _s.taken(m);
-    return message(m);
 }
 
 // A wait that ended without a message (cancelled, a PE lost), or one stopped after the

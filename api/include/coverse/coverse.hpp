@@ -201,8 +201,16 @@ public:
     class receive_awaiter : public detail::cancellable_wait<receive_awaiter> {
     public:
         explicit receive_awaiter(message_stream& s) noexcept : _s(s) {}
-        ~receive_awaiter();
-        bool try_now() noexcept;
+        ~receive_awaiter() {
+            if (st == state::waiting || _msg) [[unlikely]]
+                leave();
+        }
+        bool try_now() noexcept {
+            if (_s._queue.empty() || !_s._waiters.empty()) return false;  // FIFO among receivers
+            _msg = _s._queue.front();
+            _s._queue.pop_front();
+            return true;
+        }
         void enqueue() noexcept;
         void dequeue() noexcept { _s._waiters.remove(this); }
         template <class P>
@@ -210,10 +218,18 @@ public:
             if constexpr (detail::has_stop_v<P>) _stop = h.promise().stop();
             return cancellable_wait::await_suspend(h);
         }
-        message await_resume();
+        message await_resume() {
+            void* m = _msg;
+            if (!m || (_stop && _stop->stop_requested())) [[unlikely]]
+                return resume_without_message();
+            _msg = nullptr;
+            _s.taken(m);
+            return message(m);
+        }
 
     private:
         [[noreturn]] message resume_without_message();
+        void leave() noexcept;
         friend class message_stream;
         // Handed its message by the dispatch loop's handler call: resumes its task now.
         void resume_now() noexcept {
@@ -258,7 +274,15 @@ private:
     friend class machine;
     void push(void* msg);
     void give_back(void* msg);
-    void taken(void* msg);
+    // A message taken by a receive: a credited one (its header's flags word says so) owes
+    // its sender a credit.
+    static constexpr std::size_t header_flags_word = 2;      // CmiMsgHeaderBasic::flags
+    static constexpr std::uint32_t header_credit_bit = 0x2;  // detail::header_flag_stream_credit
+    void taken(void* msg) {
+        if (static_cast<const std::uint32_t*>(msg)[header_flags_word] & header_credit_bit)
+            credit_taken(msg);
+    }
+    void credit_taken(void* msg);
     void lost(std::uint32_t pe, std::uint32_t index);
     static constexpr std::uint32_t no_pe = ~0u;
     machine* _machine = nullptr;
