@@ -133,8 +133,7 @@ void message_stream::give_back(void* msg) {
 }
 
 void message_stream::credit_taken(void* msg) {
-    static_assert(header_credit_bit == detail::header_flag_stream_credit &&
-                  offsetof(CmiMsgHeaderBasic, flags) == header_flags_word * sizeof(std::uint32_t));
+    static_assert(header_credit_bit == detail::header_flag_stream_credit);
     CmiMsgHeaderBasic* h = header_of(msg);
     const std::uint32_t flags = h->flags;
     if (!(flags & credit_flag)) return;  // not a credited send (or an unbounded stream)
@@ -411,7 +410,7 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
         check_pe(pe, "send");
         check_not_lost(pe, "a send to it");
     }
-    bool credited = false;
+    semaphore* credit = nullptr;  // taken
     if (message_stream* s = stream_for(handler); s && s->capacity() > 0) {
         semaphore& c =
             pe < s->_credits.size() && s->_credits[pe] ? *s->_credits[pe] : credits(handler, pe);
@@ -420,8 +419,9 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
             msg = make_message(handler, payload);
             return false;
         }
-        credited = true;
+        credit = &c;
     }
+    const bool credited = credit != nullptr;
     // Small enough for the ring or an eager slot: composed on this stack and copied there.
     constexpr std::size_t on_stack = 512;
     if (const std::size_t size = CmiMsgHeaderSizeBytes + payload.size(); size <= on_stack) {
@@ -438,9 +438,15 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
             return true;
         }
     }
-    msg = make_message(handler, payload);
+    // An allocated copy, which goes like a taken message (frameless when it fits now).
+    try {
+        msg = make_message(handler, payload);
+    } catch (...) {
+        if (credit) credit->release(1);  // nothing was sent: the credit stays the sender's
+        throw;
+    }
     if (credited) mark_credited(msg);
-    return false;
+    return send_small(pe, msg);
 }
 
 task<void> machine::send_rest(std::uint32_t pe, message msg, semaphore* wait) {

@@ -147,6 +147,29 @@ coverse::task<void> sends(coverse::machine& m, streams st) {
                 EXPECT(v == prev * 1000 + i, "copying send %u: got %u", pe, i, v);
             }
         }
+        // Made first, awaited later: the bytes are those at the await.
+        word[0] = 0x1111;
+        {
+            auto later = m.send(next, ring.handler(), std::span<const std::uint32_t>(word));
+            word[0] = 0x2222;
+            co_await std::move(later);
+        }
+        const auto read = co_await ring.next<std::uint32_t>();
+        EXPECT(read == 0x2222, "a copying send read its bytes before its await (%#x)", pe, read);
+        // Moved into a task: the task sends once, and the moved-from send_op nothing.
+        {
+            auto op = m.send(next, ring.handler(), std::span<const std::uint32_t>(word));
+            coverse::task<void> as_task = std::move(op);
+            co_await std::move(as_task);
+            bool threw = false;
+            try {
+                co_await std::move(op);
+            } catch (const std::invalid_argument&) {
+                threw = true;
+            }
+            EXPECT(threw, "awaiting a moved-from copying send must throw", pe);
+            (void)co_await ring.next<std::uint32_t>();
+        }
         // Dropped unawaited: nothing goes.
         word[0] = 0xBAD;
         { auto dropped = m.send(next, ring.handler(), std::span<const std::uint32_t>(word)); }

@@ -7,8 +7,8 @@
 // Converse ping-pong), bw and rate (PE 0 sends windows of W messages, PE 1 acks each window;
 // the W messages are CmiAsyncSends of one buffer, as mpi_perf's MPI_Isends and osu_bw's are),
 // bcast (CmiSyncBroadcastAllAndFree, every PE acks to PE 0), barrier (CmiBarrier on every PE).
-// --api coroutine runs pingpong, bw and rate a second time through the coroutine API
-// (perf_coroutine.cpp), each right after its facade run, and prints the ratio.
+// --api coroutine runs pingpong, bw and rate through the facade and the coroutine API
+// (perf_coroutine.cpp) in turn, in rounds, and prints the ratio (side_by_side).
 #include <converse.h>
 
 #include <algorithm>
@@ -354,10 +354,11 @@ constexpr int side_rounds = 6;
 void side_by_side(test_kind t, std::size_t bytes) {
     const run_plan full = plan_for(t, bytes, opts);
     const options whole = opts;
-    opts.iters = std::max(1L, full.iters / side_rounds);
     std::vector<result> facade, coro;
     std::vector<double> ratios, lat_ratios;
     for (int round = 0; round < side_rounds; ++round) {
+        // The iterations shared out (the first rounds take the remainder), one at least.
+        opts.iters = std::max(1L, full.iters / side_rounds + (round < full.iters % side_rounds));
         if (round % 2 == 0) {
             facade.push_back(run_one(t, bytes));
             coro.push_back(run_coroutine(t, bytes));

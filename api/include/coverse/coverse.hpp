@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -274,12 +275,11 @@ private:
     friend class machine;
     void push(void* msg);
     void give_back(void* msg);
-    // A message taken by a receive: a credited one (its header's flags word says so) owes
-    // its sender a credit.
-    static constexpr std::size_t header_flags_word = 2;      // CmiMsgHeaderBasic::flags
+    // A message taken by a receive: a credited one (its header's flags say so) owes its
+    // sender a credit.
     static constexpr std::uint32_t header_credit_bit = 0x2;  // detail::header_flag_stream_credit
     void taken(void* msg) {
-        if (static_cast<const std::uint32_t*>(msg)[header_flags_word] & header_credit_bit)
+        if (static_cast<const CmiMsgHeaderBasic*>(msg)->flags & header_credit_bit)
             credit_taken(msg);
     }
     void credit_taken(void* msg);
@@ -312,7 +312,15 @@ public:
     /// ring, with no message allocated.
     send_op(machine& m, std::uint32_t pe, int handler, std::span<const std::byte> payload) noexcept
         : _m(&m), _pe(pe), _handler(handler), _payload(payload), _copying(true) {}
-    send_op(send_op&&) noexcept = default;
+    /// A moved-from send_op sends nothing.
+    send_op(send_op&& o) noexcept
+        : _m(o._m),
+          _pe(o._pe),
+          _handler(o._handler),
+          _payload(o._payload),
+          _copying(std::exchange(o._copying, false)),
+          _msg(std::move(o._msg)),
+          _slow(std::move(o._slow)) {}
     send_op& operator=(send_op&&) = delete;
 
     /// Sends now when it can (true); else prepares the task that await_suspend starts.
@@ -395,7 +403,8 @@ public:
     requires(!std::same_as<std::remove_const_t<T>, std::byte>) send_op
         send(std::uint32_t pe, int handler, std::span<T> data)
     noexcept { return send_op(*this, pe, handler, std::as_bytes(data)); }
-    /// Sends one value of T to `handler` on `pe` (`stream.next<T>()` receives it).
+    /// Sends one value of T to `handler` on `pe` (`stream.next<T>()` receives it): a task
+    /// (for when_all and the like as it is) around a copying send of the value.
     template <wire_value T>
     task<void> send_value(std::uint32_t pe, int handler, T value) {
         co_await send(pe, handler, std::as_bytes(std::span<const T>(&value, 1)));
