@@ -224,8 +224,9 @@ std::string usage_text() {
            "  --warmup N     unmeasured iterations first (default: a tenth of --iters)\n"
            "  --window W     messages per acknowledgement in bw and rate (default 64)\n"
            "  --api A        converse (default), or coroutine: pingpong, bw and rate also\n"
-           "                 through the coroutine API (coverse.hpp), each beside its facade\n"
-           "                 run, with the ratio; bw above 16K goes by expose/put there\n"
+           "                 through the coroutine API (coverse.hpp), in 6 rounds taking\n"
+           "                 turns with the facade, with the ratio; bw above 16K goes by\n"
+           "                 expose/put there\n"
            "  --quick        few iterations (for tests and CI; numbers are rough)\n"
            "  --json         one JSON object per line instead of a table\n"
            "  -h, --help     this text\n";
