@@ -135,8 +135,7 @@ void message_stream::give_back(void* msg) {
 void message_stream::credit_taken(void* msg) {
     static_assert(header_credit_bit == detail::header_flag_stream_credit);
     CmiMsgHeaderBasic* h = header_of(msg);
-    const std::uint32_t flags = h->flags;
-    if (!(flags & credit_flag)) return;  // not a credited send (or an unbounded stream)
+    const std::uint32_t flags = h->flags;  // credited: taken() looked
     const std::uint32_t from = flags >> source_shift;
     h->flags = flags & ~(credit_flag | (~0u << source_shift));
     // Sized for every PE at registration; a sender PE out of range is a peer's bug.
@@ -386,17 +385,23 @@ bool machine::send_at_once(std::uint32_t pe, message& msg, semaphore*& wait) {
         if (!msg) throw std::invalid_argument("coverse::machine::send: an empty message");
         check_not_lost(pe, "a send to it");
     }
-    const int h = msg.handler();
-    if (message_stream* s = stream_for(h); s && s->capacity() > 0) {
-        semaphore& c =
-            pe < s->_credits.size() && s->_credits[pe] ? *s->_credits[pe] : credits(h, pe);
-        if (!c.try_acquire()) {
-            wait = &c;
+    if (semaphore* c = bounded_credits(msg.handler(), pe)) {
+        if (!c->try_acquire()) {
+            wait = c;
             return false;
         }
         mark_credited(msg);
     }
     return send_small(pe, msg);
+}
+
+// The credits this PE holds for `handler`'s stream on `pe`; null for an unbounded stream or
+// a handler that is no stream.
+semaphore* machine::bounded_credits(int handler, std::uint32_t pe) {
+    message_stream* s = stream_for(handler);
+    if (!s || s->capacity() == 0) return nullptr;
+    return pe < s->_credits.size() && s->_credits[pe] ? s->_credits[pe].get()
+                                                      : &credits(handler, pe);
 }
 
 // A copying send's frameless attempt: a small payload goes into the peer's ring from a
@@ -410,16 +415,11 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
         check_pe(pe, "send");
         check_not_lost(pe, "a send to it");
     }
-    semaphore* credit = nullptr;  // taken
-    if (message_stream* s = stream_for(handler); s && s->capacity() > 0) {
-        semaphore& c =
-            pe < s->_credits.size() && s->_credits[pe] ? *s->_credits[pe] : credits(handler, pe);
-        if (!c.try_acquire()) {
-            wait = &c;
-            msg = make_message(handler, payload);
-            return false;
-        }
-        credit = &c;
+    semaphore* credit = bounded_credits(handler, pe);  // taken, when not null
+    if (credit && !credit->try_acquire()) {
+        wait = credit;
+        msg = make_message(handler, payload);
+        return false;
     }
     const bool credited = credit != nullptr;
     // Small enough for the ring or an eager slot: composed on this stack and copied there.
@@ -428,7 +428,7 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
         alignas(16) std::byte buf[on_stack];
         CmiMsgHeaderBasic h{};
         h.handler = static_cast<std::uint32_t>(handler);
-        if (credited) h.flags = credit_flag | (this->pe() << source_shift);
+        if (credited) h.flags = credited_flags();
         std::memcpy(buf, &h, sizeof h);
         if (!payload.empty())
             std::memcpy(buf + CmiMsgHeaderSizeBytes, payload.data(), payload.size());
@@ -462,8 +462,12 @@ task<void> machine::send_rest(std::uint32_t pe, message msg, semaphore* wait) {
     co_await send_bytes(pe, msg.bytes());
 }
 
+std::uint32_t machine::credited_flags() const noexcept {
+    return credit_flag | (pe() << source_shift);
+}
+
 void machine::mark_credited(message& msg) const noexcept {
-    header_of(msg.get())->flags |= credit_flag | (pe() << source_shift);
+    header_of(msg.get())->flags |= credited_flags();
 }
 
 // A small one that fits the peer's ring or eager slot has gone once it is there: no

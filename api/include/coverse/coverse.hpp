@@ -569,6 +569,9 @@ private:
                            message& msg, semaphore*& wait);
     task<void> send_rest(std::uint32_t pe, message msg, semaphore* wait);
     void mark_credited(message& msg) const noexcept;
+    /// The header flags of a send that took a stream credit: the flag and this PE.
+    std::uint32_t credited_flags() const noexcept;
+    semaphore* bounded_credits(int handler, std::uint32_t pe);
     bool send_small(std::uint32_t pe, message& msg);
     void check_not_lost(std::uint32_t pe, const char* what) const;
     void check_pe(std::uint32_t pe, const char* what) const;
