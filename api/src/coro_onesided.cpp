@@ -127,7 +127,7 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
                                  rdma::get(*p, pe, local, rm));
     else
         r = co_await waiting_for({wait_kind::other, pe, remote.address, "a one-sided put"},
-                                 rdma::put(*p, pe, local, rm));
+                                 l->put(*p, pe, local, rm));
     // Under ON_PEER_LOST=report a dead owner is the caller's to handle (a cma get sees the
     // process gone before the connection's failure is noticed: that is the same loss).
     if (!r.ok() && m.core().report_lost_peers() &&

@@ -423,7 +423,7 @@ int layer::impl::stream_control(std::uint32_t dest, net::frame_type type, bool b
                                 std::uint32_t root, std::span<const std::byte> payload) {
     auto* c = new owned_control;
     c->size = payload.size();
-    std::memcpy(c->bytes.data(), payload.data(), payload.size());
+    if (!payload.empty()) std::memcpy(c->bytes.data(), payload.data(), payload.size());
     int result = 1;  // 1: not completed during stream_send (c is still alive, queued)
     c->result = &result;
     stream_send(dest, type, broadcast, root, std::span<const std::byte>(c->bytes.data(), c->size),
@@ -497,6 +497,9 @@ bool layer::impl::on_frame(std::uint32_t from, net::frame_type type, std::uint16
             if (d.ok()) on_split_done(from, d.value);
             return true;
         }
+        case net::frame_type::rma_get_request:  // on the ring: help copy a shared put
+            if (payload.empty()) on_put_share(from, tag);
+            return true;
         case net::frame_type::eager_channel: {
             const auto d = net::decode_eager_channel(payload);
             if (d.ok()) on_eager_channel(from, d.value);

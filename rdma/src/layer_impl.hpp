@@ -290,6 +290,9 @@ struct peer {
     // RNDV_FETCHES: fetches from this peer that run at once; the rest wait their turn, so
     // a window of large messages recycles a few hot buffers instead of touching one each.
     std::unique_ptr<semaphore> fetch_slots;
+    // Shared puts to this peer (shared_put.cpp): one at a time uses its ring's block.
+    std::shared_ptr<semaphore> share_slot;
+    std::uint32_t share_serial = 0;
     // Eager channels (eager.cpp). Sending: the short channel this peer opened for us, and
     // the path of our last message to it when that was a channel (the gate: the ring and
     // other channels wait until the receiver took everything on it).
@@ -342,6 +345,16 @@ struct eager_state {
 
 struct rndv_out;
 struct rndv_in;
+
+/// A provider operation that completes before post_* returns (cma), or not yet.
+struct sync_completion final : op_completion {
+    op_result result;
+    bool done = false;
+    void complete(op_result r) noexcept override {
+        result = std::move(r);
+        done = true;
+    }
+};
 
 /// The mesh's sent callback for a frame whose completion is a send_completion.
 void mesh_sent(void* ctx, int result);
@@ -598,6 +611,15 @@ struct layer::impl {
     std::uint32_t next_id = 1;
     std::unordered_map<std::uint64_t, rndv_in*> fetching;  // (from << 32 | id) -> receive
     std::size_t incoming = 0;                              // receives not finished yet
+
+    // ---- shared puts (shared_put.cpp) -------------------------------------------------------
+    task<op_result> shared_put(std::uint32_t pe, std::span<const std::byte> local,
+                               remote_memory remote);
+    /// The notice of a shared put `serial` from `from` (its ring's block): help copy it.
+    void on_put_share(std::uint32_t from, std::uint32_t serial);
+    static task<void> help_put(impl* self, std::uint32_t from, std::uint32_t serial);
+    bool fail_share_chunk = false;  // fail_next_put_share_chunk()
+
     task_scope tasks{"rdma layer"};
 };
 

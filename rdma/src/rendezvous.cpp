@@ -47,16 +47,6 @@ struct rndv_in {
 
 namespace {
 
-// A provider operation that completes before post_* returns (cma), or not yet.
-struct sync_completion final : op_completion {
-    op_result result;
-    bool done = false;
-    void complete(op_result r) noexcept override {
-        result = std::move(r);
-        done = true;
-    }
-};
-
 std::uint64_t fetch_key(std::uint32_t from, std::uint32_t id) noexcept {
     return (std::uint64_t{from} << 32) | id;
 }

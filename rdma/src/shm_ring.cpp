@@ -21,7 +21,7 @@ namespace coverse::rdma {
 
 namespace {
 
-constexpr std::uint32_t ring_magic = 0x3452'5643;  // "CVR4": compact records, 16-byte units
+constexpr std::uint32_t ring_magic = 0x3552'5643;  // "CVR5": compact records, a shared-put block
 constexpr std::size_t record_header = detail::shm_record_header;
 constexpr std::size_t min_capacity = 64 * 1024;
 

@@ -447,6 +447,23 @@ coverse::task<void> onesided(coverse::machine& m, streams) {
     for (std::size_t i = 0; i < 1024; ++i)
         EXPECT(mem[1024 + i] == next * 1'000'000 + i, "put: word %zu is %u", pe, i, mem[1024 + i]);
 
+    // A put above RNDV_SPLIT at an odd size and offset (over cma: copied by both PEs, the
+    // shared put of rdma/src/shared_put.cpp).
+    {
+        constexpr std::size_t big = (1u << 20) + 5;
+        std::vector<std::byte> sink(big + 3), source(big);
+        for (std::size_t i = 0; i < big; ++i)
+            source[i] = static_cast<std::byte>((i * 7 + me) & 0xFF);
+        coverse::exposed_region sink_region = co_await m.expose(sink);
+        const auto sinks = co_await m.allgather(sink_region.descriptor());
+        co_await m.put(prev, source, sinks[prev].slice(3, big));
+        co_await m.barrier();
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < big; ++i)
+            wrong += sink[3 + i] != static_cast<std::byte>((i * 7 + next) & 0xFF);
+        EXPECT(wrong == 0 && sink[0] == std::byte{0}, "big put: %zu wrong bytes", pe, wrong);
+    }
+
     auto throws = [](auto&& f) {
         try {
             f();

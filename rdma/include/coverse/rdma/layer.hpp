@@ -96,8 +96,13 @@ struct layer_config {
     std::optional<provider_kind> forced;
     /// RNDV_CHUNK: a rendezvous get is posted in pieces of at most this many bytes.
     std::size_t rndv_chunk = 4u << 20;
-    /// RNDV_SPLIT: from this size a same-host rendezvous is copied by both PEs at once.
+    /// RNDV_SPLIT: from this size a same-host rendezvous, and a one-sided put over cma,
+    /// is copied by both PEs at once.
     std::size_t rndv_split = 256u << 10;
+    /// The piece of a shared put that each PE claims at a time (put()). Smaller pieces
+    /// balanced no better and ran slower: 64 KiB gave 0.6x the facade at 1 MiB, 256 KiB
+    /// 0.9-1.1x (docs/perf.md, stop 27).
+    std::size_t put_share_chunk = 256u << 10;
     /// RNDV_FETCHES: rendezvous fetched from one peer at once (the rest queue, in order).
     std::size_t rndv_fetches = 2;
     /// EAGER_PROTOCOL and friends: receivers open short channels to busy same-host senders.
@@ -235,6 +240,18 @@ public:
     bool inject_bad_eager_footer(std::uint32_t dest,
                                  footer_fault fault = footer_fault::unknown_sentinel);
 
+    /// A one-sided put of `local` into `pe`'s `remote` memory over `p` (the provider that
+    /// reaches `pe`). From RNDV_SPLIT bytes over cma, with a ring to `pe`, the target's PE
+    /// helps: both claim put_share_chunk pieces from the ring's shared-put block, so both
+    /// cores copy; a target busy elsewhere claims nothing and this PE copies it all. Else
+    /// one provider put. Completes when every byte is in place.
+    task<op_result> put(provider& p, std::uint32_t pe, std::span<const std::byte> local,
+                        remote_memory remote);
+
+    /// Fault injection for tests: the next chunk this PE copies for a peer's shared put
+    /// fails, as a failed process_vm_readv would (the initiator then copies it all).
+    void fail_next_put_share_chunk() noexcept;
+
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;
     /// The provider of `kind`, or null (onesided.cpp; users call rdma::provider_of).
@@ -256,6 +273,10 @@ public:
         std::uint64_t split_copies = 0;  // rendezvous copied by both PEs at once
         std::uint64_t bytes_by_get = 0;
         std::uint64_t bytes_by_put = 0;
+        std::uint64_t shared_puts = 0;       // our puts that offered the target a share
+        std::uint64_t put_share_chunks = 0;  // chunks of a peer's put this PE copied for it
+        std::uint64_t put_share_bytes = 0;
+        std::uint64_t put_share_failures = 0;  // such chunks that failed (the initiator redid them)
     };
     const counters& stats() const noexcept { return _stats; }
 

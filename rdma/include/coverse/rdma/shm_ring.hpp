@@ -31,6 +31,23 @@
 
 namespace coverse::rdma {
 
+/// A put that the ring's consumer helps copy (rdma/src/shared_put.cpp). The producer's PE
+/// writes a large buffer into the consumer's memory in chunks, and both PEs claim chunks
+/// from `claim`, so both cores copy. The producer opens a put by writing the fields below,
+/// then storing (serial << 32 | 0) to `claim` with release; either side claims the next
+/// chunk by raising the low half, the consumer only while the high half still names the
+/// put it was told about (a stale notice claims nothing).
+struct shm_put_share {
+    alignas(128) std::atomic<std::uint64_t> claim;
+    std::atomic<std::uint32_t> consumer_done;    // chunks the consumer finished, copied or not
+    std::atomic<std::uint32_t> consumer_failed;  // 1: a chunk the consumer claimed failed
+    std::atomic<std::uint64_t> source;           // the producer's bytes, in its address space
+    std::atomic<std::uint64_t> target;           // where they go, in the consumer's
+    std::atomic<std::uint64_t> size;
+    std::atomic<std::uint32_t> chunk;   // bytes per chunk; the last one may be shorter
+    std::atomic<std::uint32_t> chunks;  // how many
+};
+
 /// The shared header at the start of a segment. Producer and consumer fields sit in
 /// separate 128-byte blocks, not only separate cache lines: the adjacent-line prefetcher
 /// fetches lines in aligned pairs, so a consumer writing `head` on the line next to `tail`
@@ -44,6 +61,7 @@ struct shm_ring_header {
     /// 1: the consumer fences every registered process's CPU before it sleeps
     /// (shm_heavy_fence), so a registered producer needs no fence of its own per record.
     std::uint32_t consumer_heavy_fence;
+    shm_put_share put_share;
 };
 
 /// How a ring's consumer orders its sleep announcement before its last look at the ring.
@@ -174,6 +192,8 @@ public:
         _seen_head = _h->head.load(std::memory_order_acquire);
         return _seen_head == tail;
     }
+    /// The shared-put block of this ring (both sides: the producer opens puts in it).
+    shm_put_share& put_share() noexcept { return _h->put_share; }
     /// True when the consumer said it is going to sleep (and clears that): ring its bell.
     bool take_sleeper() noexcept;
 

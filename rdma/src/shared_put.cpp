@@ -1,0 +1,229 @@
+// Shared puts: a one-sided put over cma that the target's PE helps copy.
+//
+// A put copies on the initiator's core alone, while a same-host rendezvous from RNDV_SPLIT
+// bytes has both PEs copy (rendezvous.cpp), so a 1 MiB put ran at 0.6-0.8x the facade's
+// send. From RNDV_SPLIT bytes, when a ring leads to the target, the initiator opens the
+// put in that ring's shared-put block (shm_put_share: the addresses, the size, the chunk
+// count and a claim word) and sends a notice on the ring. Then both PEs take chunks from
+// the claim word until none is left: the initiator writes its chunks with
+// process_vm_writev, the target reads its own with process_vm_readv.
+//
+// Why it cannot hang or tear:
+// - The initiator never waits for the target to start. A target that is busy, asleep or
+//   behind on its ring claims nothing, and the initiator copies every chunk itself.
+// - The initiator waits only for chunks the target has claimed. The target copies a
+//   claimed chunk at once, counts it in consumer_done, and yields only between chunks. A
+//   target that dies mid-chunk ends that wait as a lost peer.
+// - The claim word's high half names the put (a serial per pair). A notice read after its
+//   put ended finds another serial, or no chunk left, and claims nothing; the compare-and-
+//   swap fails if the word moved since it was read. The target reads the addresses only
+//   after a claim succeeded. The initiator reuses the block only once every chunk the
+//   target claimed is counted done, so those addresses still belong to that put.
+// - A chunk the target could not copy sets consumer_failed, and the initiator copies the
+//   whole put again itself (the same bytes to the same place).
+// One shared put per pair runs at a time (share_slot); the next waits its turn.
+#include <cstring>
+#include <utility>
+
+#include <coverse/runtime/wait_reason.hpp>
+
+#include "layer_impl.hpp"
+
+namespace coverse::rdma {
+
+namespace {
+
+// The claim word: the put's serial (bits 32..63) and the chunks nobody claimed yet,
+// [front, back): front in bits 0..15, back in bits 16..31.
+constexpr std::uint64_t max_chunks = 0xFFFF;
+constexpr std::uint32_t front_of(std::uint64_t w) noexcept {
+    return static_cast<std::uint32_t>(w & 0xFFFF);
+}
+constexpr std::uint32_t back_of(std::uint64_t w) noexcept {
+    return static_cast<std::uint32_t>((w >> 16) & 0xFFFF);
+}
+constexpr std::uint64_t claim_word(std::uint32_t serial, std::uint32_t front,
+                                   std::uint32_t back) noexcept {
+    return (std::uint64_t{serial} << 32) | (std::uint64_t{back} << 16) | front;
+}
+
+// Frees the turn when the put ends, also if the layer closed meanwhile (the semaphore
+// outlives the peer table).
+struct turn_guard {
+    std::shared_ptr<semaphore> turn;
+    ~turn_guard() { turn->release(); }
+};
+
+}  // namespace
+
+task<op_result> layer::put(provider& p, std::uint32_t pe, std::span<const std::byte> local,
+                           remote_memory remote) {
+    impl& m = *_impl;
+    if (&p == m.cma.get() && !m.closed && pe < m.peers.size() && m.peers[pe].out_ring &&
+        !m.peers[pe].lost && m.cfg.rndv_split > 0 && m.cfg.put_share_chunk > 0 &&
+        local.size() >= m.cfg.rndv_split)
+        co_return co_await m.shared_put(pe, local, remote);
+    co_return co_await rdma::put(p, pe, local, remote);
+}
+
+void layer::fail_next_put_share_chunk() noexcept {
+    _impl->fail_share_chunk = true;
+}
+
+task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::byte> local,
+                                        remote_memory remote) {
+    if (!peers[pe].share_slot) peers[pe].share_slot = std::make_shared<semaphore>(1);
+    const std::shared_ptr<semaphore> turn = peers[pe].share_slot;
+    co_await waiting_for(
+        {wait_kind::other, pe, remote.address, "shared put: the one before it to this PE"},
+        turn->acquire());
+    const turn_guard guard{turn};
+    if (closed) co_return op_result{op_status::failed, "the rdma layer closed"};
+    if (peers[pe].lost || !peers[pe].out_ring)
+        co_return op_result{op_status::peer_lost, "PE " + std::to_string(pe) + " is gone"};
+
+    const std::uint64_t size = local.size();
+    // At least two chunks (half each, page-rounded, for a put under two put_share_chunk), at
+    // most max_chunks (a larger put takes larger ones).
+    const auto pages = [](std::uint64_t n) { return (n + 4095) & ~std::uint64_t{4095}; };
+    const std::uint64_t chunk =
+        std::max(std::min<std::uint64_t>(cfg.put_share_chunk, pages(size / 2)),
+                 pages((size + max_chunks - 1) / max_chunks));
+    const auto chunks = static_cast<std::uint32_t>((size + chunk - 1) / chunk);
+    peer& p = peers[pe];
+    if (++p.share_serial == 0) ++p.share_serial;  // 0 would name a block never opened
+    const std::uint32_t serial = p.share_serial;
+    {
+        shm_put_share& sh = p.out_ring->put_share();
+        sh.consumer_done.store(0, std::memory_order_relaxed);
+        sh.consumer_failed.store(0, std::memory_order_relaxed);
+        sh.source.store(reinterpret_cast<std::uintptr_t>(local.data()), std::memory_order_relaxed);
+        sh.target.store(remote.address, std::memory_order_relaxed);
+        sh.size.store(size, std::memory_order_relaxed);
+        sh.chunk.store(static_cast<std::uint32_t>(chunk), std::memory_order_relaxed);
+        sh.chunks.store(chunks, std::memory_order_relaxed);
+        sh.claim.store(claim_word(serial, 0, chunks), std::memory_order_release);
+    }
+    ++self._stats.shared_puts;
+    // A path that is down sends no notice: then the target claims nothing, and we copy all.
+    (void)stream_control(pe, net::frame_type::rma_get_request, false, serial, {});
+
+    // This PE claims from the front, the target from the back: each PE copies the same
+    // part of a buffer put again and again, so its lines stay in that core's cache (taking
+    // chunks in turn moved them between the cores: 64 KiB chunks ran at 0.6x).
+    op_result r;
+    std::uint32_t ours = 0;  // chunks this PE claimed; the target claimed the rest
+    for (;;) {
+        shm_put_share& sh = peers[pe].out_ring->put_share();
+        std::uint64_t w = sh.claim.load(std::memory_order_acquire);
+        while (front_of(w) < back_of(w) &&
+               !sh.claim.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+                                               std::memory_order_acquire))
+            ;
+        if (front_of(w) >= back_of(w)) break;
+        const std::uint32_t i = front_of(w);
+        ++ours;
+        const std::uint64_t off = std::uint64_t{i} * chunk;
+        const std::uint64_t n = std::min(chunk, size - off);
+        sync_completion c;
+        cma->post_put(pe, local.subspan(off, n), remote_memory{remote.address + off, remote.key, n},
+                      c);
+        if (!c.result.ok()) {
+            r = c.result;
+            // Claim what is left, so the target stops too.
+            std::uint64_t x = sh.claim.load(std::memory_order_acquire);
+            while (front_of(x) < back_of(x) &&
+                   !sh.claim.compare_exchange_weak(x, claim_word(serial, back_of(x), back_of(x)),
+                                                   std::memory_order_acq_rel))
+                ;
+            if (front_of(x) < back_of(x)) ours += back_of(x) - front_of(x);
+            break;
+        }
+    }
+    // `local` is ours again only when the target finished every chunk it claimed.
+    const std::uint32_t theirs = chunks - ours;
+    bool helper_failed = false;
+    for (;;) {
+        if (closed) {
+            r = {op_status::failed, "the rdma layer closed during a shared put"};
+            break;
+        }
+        if (peers[pe].lost || !peers[pe].out_ring) {
+            r = {op_status::peer_lost, "PE " + std::to_string(pe) + " died during a shared put"};
+            break;
+        }
+        shm_put_share& sh = peers[pe].out_ring->put_share();
+        if (sh.consumer_done.load(std::memory_order_acquire) >= theirs) {
+            helper_failed = sh.consumer_failed.load(std::memory_order_relaxed) != 0;
+            break;
+        }
+        co_await yield();
+    }
+    if (r.ok() && helper_failed) {
+        // The target could not copy a chunk it took: this PE writes the whole put itself.
+        sync_completion c;
+        cma->post_put(pe, local, remote_memory{remote.address, remote.key, size}, c);
+        r = c.result;
+    }
+    co_return r;
+}
+
+void layer::impl::on_put_share(std::uint32_t from, std::uint32_t serial) {
+    if (closed || !cma || !peers[from].in_ring || peers[from].lost) return;
+    tasks.spawn(help_put(this, from, serial), "shared put: the target's chunks", sched);
+}
+
+task<void> layer::impl::help_put(impl* self, std::uint32_t from, std::uint32_t serial) {
+    std::uint64_t source = 0, target = 0, size = 0, chunk = 0;
+    std::uint32_t chunks = 0;
+    bool known = false;
+    for (;;) {
+        if (self->closed) co_return;
+        peer& p = self->peers[from];
+        if (p.lost || !p.in_ring) co_return;
+        shm_put_share& sh = p.in_ring->put_share();
+        std::uint64_t w = sh.claim.load(std::memory_order_acquire);
+        if ((w >> 32) != serial) co_return;  // that put ended; another may have begun
+        if (front_of(w) >= back_of(w)) co_return;
+        // From the back (see shared_put).
+        if (!sh.claim.compare_exchange_strong(w, w - (std::uint64_t{1} << 16),
+                                              std::memory_order_acq_rel, std::memory_order_acquire))
+            continue;
+        // Claimed: the put stays open (its block unchanged) until we count this chunk done.
+        if (!known) {
+            source = sh.source.load(std::memory_order_relaxed);
+            target = sh.target.load(std::memory_order_relaxed);
+            size = sh.size.load(std::memory_order_relaxed);
+            chunk = sh.chunk.load(std::memory_order_relaxed);
+            chunks = sh.chunks.load(std::memory_order_relaxed);
+            known = true;
+        }
+        const std::uint64_t i = back_of(w) - 1;
+        const std::uint64_t off = i * chunk;
+        bool ok = chunk > 0 && i < chunks && off < size && (size - 1) / chunk < chunks;
+        if (ok && std::exchange(self->fail_share_chunk, false)) ok = false;  // nothing copied
+        if (ok) {
+            const std::uint64_t n = std::min(chunk, size - off);
+            // Our own memory, written by reading the initiator's: a bad address fails the
+            // call (EFAULT), it does not fault here.
+            sync_completion c;
+            self->cma->post_get(from,
+                                std::span<std::byte>(reinterpret_cast<std::byte*>(target + off), n),
+                                remote_memory{source + off, 0, n}, c);
+            ok = c.result.ok();
+            if (ok) {
+                ++self->self._stats.put_share_chunks;
+                self->self._stats.put_share_bytes += n;
+            }
+        }
+        if (!ok) {
+            sh.consumer_failed.store(1, std::memory_order_relaxed);
+            ++self->self._stats.put_share_failures;
+        }
+        sh.consumer_done.fetch_add(1, std::memory_order_release);
+        if (!ok) co_return;  // the initiator copies it all again
+        co_await yield();
+    }
+}
+
+}  // namespace coverse::rdma

@@ -1,0 +1,293 @@
+// Shared puts (rdma/src/shared_put.cpp) between two real processes: a put from RNDV_SPLIT
+// bytes over cma is copied by both PEs (the target claims chunks from the ring's shared-put
+// block) and lands whole at any size and alignment, alone or several at once; a target that
+// is not running its loop claims nothing and the put still completes; a chunk the target
+// fails to copy is copied again by the initiator. Over tcp a put stays one provider put.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include <coverse/alloc/message.hpp>
+#include <coverse/rdma/onesided.hpp>
+
+#include "rdma_pair.hpp"
+
+namespace coverse::rdma::test {
+namespace {
+
+struct target_info {
+    std::uint64_t address, key, length;
+};
+struct check_request {
+    std::uint64_t seed, offset, size;  // size 0: the end
+};
+struct check_reply {
+    std::uint64_t ok, helped, failed;
+};
+
+constexpr std::size_t region_bytes = (8u << 20) + 8192;
+
+template <class T>
+int send_pod(node& n, std::uint32_t to, const T& v) {
+    recorded_send done;
+    n.rdma->send(to, reinterpret_cast<const std::byte*>(&v), sizeof v, false, 0, &done);
+    if (!n.wait_for([&] { return done.calls > 0; })) return 60;
+    return done.result == 0 ? 0 : 61;
+}
+
+template <class T>
+std::optional<T> next_pod(node& n) {
+    if (!n.wait_messages(1)) return std::nullopt;
+    const arrived a = n.inbox.front();
+    n.inbox.pop_front();
+    std::optional<T> out;
+    if (a.size == sizeof(T)) {
+        T v;
+        std::memcpy(&v, a.msg, sizeof v);
+        out = v;
+    }
+    alloc::msg_free(a.msg);
+    return out;
+}
+
+// Runs layer::put on the node's loop until it completes.
+op_result put_now(node& n, std::span<const std::byte> local, remote_memory remote) {
+    const std::uint32_t peer = 1 - n.rank;
+    provider* p = provider_to(*n.rdma, peer);
+    if (!p) return {op_status::failed, "no provider reaches the peer"};
+    std::optional<op_result> out;
+    n.sched.spawn(
+        [](layer& l, provider& p, std::uint32_t pe, std::span<const std::byte> local,
+           remote_memory remote, std::optional<op_result>* out) -> task<void> {
+            *out = co_await l.put(p, pe, local, remote);
+        }(*n.rdma, *p, peer, local, remote, &out),
+        "test put");
+    if (!n.wait_for([&] { return out.has_value(); })) return {op_status::failed, "never completed"};
+    return *out;
+}
+
+// The target: exposes its region, then answers each check until the end; returns 0 or a code.
+int serve_target(node& n, const std::function<void()>& before_checks = {}) {
+    std::vector<std::byte> region(region_bytes);
+    provider* p = provider_to(*n.rdma, 0);
+    if (!p) return 70;
+    registered reg = p->expose(std::span<const std::byte>(region));
+    if (int rc = send_pod(n, 0,
+                          target_info{reinterpret_cast<std::uintptr_t>(region.data()),
+                                      reg.get().key, region.size()}))
+        return rc;
+    if (before_checks) before_checks();
+    for (;;) {
+        const auto c = next_pod<check_request>(n);
+        if (!c) return 71;
+        if (c->size == 0) return 0;
+        if (c->offset + c->size > region.size()) return 72;
+        const bool ok = check(region.data() + c->offset, c->size, c->seed);
+        if (!ok)
+            std::fprintf(stderr, "PE 1: the put of %llu bytes at %llu (seed %llu) is wrong\n",
+                         static_cast<unsigned long long>(c->size),
+                         static_cast<unsigned long long>(c->offset),
+                         static_cast<unsigned long long>(c->seed));
+        const auto& st = n.rdma->stats();
+        if (int rc = send_pod(
+                n, 0, check_reply{ok ? 1u : 0u, st.put_share_chunks, st.put_share_failures}))
+            return rc;
+    }
+}
+
+// One put of `size` bytes at `offset` with `seed`, then the target's verdict.
+std::optional<check_reply> put_and_check(node& n, const target_info& t, std::vector<std::byte>& src,
+                                         std::uint64_t seed, std::uint64_t offset,
+                                         std::uint64_t size) {
+    fill(src.data(), size, seed);
+    const op_result r = put_now(n, std::span<const std::byte>(src.data(), size),
+                                remote_memory{t.address + offset, t.key, size});
+    if (!r.ok()) {
+        std::fprintf(stderr, "PE 0: put of %llu bytes: %s\n", static_cast<unsigned long long>(size),
+                     r.detail.c_str());
+        return std::nullopt;
+    }
+    if (send_pod(n, 1, check_request{seed, offset, size})) return std::nullopt;
+    return next_pod<check_reply>(n);
+}
+
+class shared_put : public testing::TestWithParam<provider_kind> {
+protected:
+    void SetUp() override {
+        _opt.cfg.forced = GetParam();
+        _opt.same_host = GetParam() != provider_kind::tcp;
+    }
+    pair_options _opt;
+};
+
+// Sizes around RNDV_SPLIT, odd sizes at odd offsets, three puts at once; then 1 MiB puts
+// until the target has copied a chunk of one (a check that fails if it never helps).
+TEST_P(shared_put, puts_land_whole_and_over_cma_the_target_copies_part) {
+    const bool cma = GetParam() == provider_kind::cma;
+    const std::size_t split = _opt.cfg.rndv_split;
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            const auto t = next_pod<target_info>(n);
+            if (!t) return 10;
+            std::vector<std::byte> src(region_bytes);
+            struct one {
+                std::uint64_t offset, size;
+            };
+            const one cases[] = {{0, split - 1},         {0, split},
+                                 {1, (1u << 20) + 3},    {4095, 2 * split + 1},
+                                 {1, (4u << 20) + 4097}, {8192, 8u << 20}};
+            std::uint64_t seed = 1;
+            for (const one& c : cases) {
+                const auto v = put_and_check(n, *t, src, seed++, c.offset, c.size);
+                if (!v) return 11;
+                if (!v->ok) return 12;
+            }
+            // Three 1 MiB + 1 puts at once from three buffers: they take turns on the block.
+            std::vector<std::vector<std::byte>> bufs(3, std::vector<std::byte>((1u << 20) + 1));
+            std::vector<std::optional<op_result>> results(3);
+            for (std::size_t k = 0; k < 3; ++k) {
+                fill(bufs[k].data(), bufs[k].size(), 100 + k);
+                n.sched.spawn(
+                    [](layer& l, provider& p, std::span<const std::byte> local, remote_memory rm,
+                       std::optional<op_result>* out)
+                        -> task<void> {
+                        *out = co_await l.put(p, 1, local, rm);
+                    }(*n.rdma, *provider_to(*n.rdma, 1), bufs[k],
+                        remote_memory{t->address + k * ((1u << 20) + 1), t->key, bufs[k].size()},
+                        &results[k]),
+                    "test put");
+            }
+            if (!n.wait_for([&] {
+                    for (auto& x : results)
+                        if (!x) return false;
+                    return true;
+                }))
+                return 13;
+            for (std::size_t k = 0; k < 3; ++k) {
+                if (!results[k]->ok()) return 14;
+                if (send_pod(n, 1, check_request{100 + k, k * ((1u << 20) + 1), bufs[k].size()}))
+                    return 15;
+                const auto v = next_pod<check_reply>(n);
+                if (!v || !v->ok) return 16;
+            }
+            // Over cma the target helps as soon as it polls its ring while a put runs.
+            std::uint64_t helped = 0;
+            for (int k = 0; k < 500 && (helped == 0 || k < 8); ++k) {
+                const auto v = put_and_check(n, *t, src, 1000 + k, 0, 1u << 20);
+                if (!v || !v->ok) return 17;
+                helped = v->helped;
+            }
+            const std::uint64_t shared = n.rdma->stats().shared_puts;
+            if (send_pod(n, 1, check_request{0, 0, 0})) return 18;
+            if (cma) {
+                if (shared == 0) return 19;
+                if (helped == 0) return 20;  // 500 puts and the target never took a chunk
+            } else if (shared != 0 || helped != 0) {
+                return 21;  // over tcp a put is one provider put
+            }
+            return 0;
+        },
+        [&](node& n, const std::function<void()>&) { return serve_target(n); });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(providers, shared_put,
+                         testing::Values(provider_kind::cma, provider_kind::tcp),
+                         [](const testing::TestParamInfo<provider_kind>& i) {
+                             return std::string(to_string(i.param));
+                         });
+
+// PE 1 stops running its loop (blocked on a pipe) before PE 0 puts: the put completes all
+// the same (PE 0 copies every chunk), and the notice PE 1 reads afterwards claims nothing.
+TEST(shared_put_cma, a_target_that_does_not_run_its_loop_claims_nothing) {
+    int go[2], up[2];
+    ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(up), 0);
+    pair_options opt;
+    opt.cfg.forced = provider_kind::cma;
+    const auto r = run_pair(
+        opt,
+        [&](node& n, const std::function<void()>&) {
+            ::close(go[0]);
+            ::close(up[1]);
+            struct release_pe1 {
+                int fd;
+                ~release_pe1() {
+                    if (fd >= 0) [[maybe_unused]]
+                        auto w = ::write(fd, "g", 1);
+                }
+            } guard{go[1]};
+            const auto t = next_pod<target_info>(n);
+            if (!t) return 30;
+            pollfd blocked{up[0], POLLIN, 0};
+            char c;
+            if (::poll(&blocked, 1, 60'000) != 1 || ::read(up[0], &c, 1) != 1) return 31;
+            std::vector<std::byte> src(4u << 20);
+            fill(src.data(), src.size(), 7);
+            const op_result put = put_now(n, src, remote_memory{t->address, t->key, src.size()});
+            if (!put.ok()) return 32;
+            if (n.rdma->stats().shared_puts != 1) return 33;
+            [[maybe_unused]] auto w = ::write(go[1], "g", 1);
+            guard.fd = -1;
+            if (send_pod(n, 1, check_request{7, 0, src.size()})) return 34;
+            const auto v = next_pod<check_reply>(n);
+            if (!v || !v->ok) return 35;
+            if (v->helped != 0) return 36;  // the stale notice must claim nothing
+            // PE 1 runs its loop again: the next put is shared as usual.
+            const auto again = put_and_check(n, *t, src, 8, 0, src.size());
+            if (!again || !again->ok) return 37;
+            return send_pod(n, 1, check_request{0, 0, 0}) ? 38 : 0;
+        },
+        [&](node& n, const std::function<void()>&) {
+            ::close(go[1]);
+            ::close(up[0]);
+            return serve_target(n, [&] {
+                // Bounded: a PE 0 that died never writes (the parent holds the pipe open).
+                char c;
+                pollfd go_on{go[0], POLLIN, 0};
+                if (::write(up[1], "u", 1) == 1 && ::poll(&go_on, 1, 60'000) == 1) [[maybe_unused]]
+                    auto rd = ::read(go[0], &c, 1);
+            });
+        });
+    for (int fd : {go[0], go[1], up[0], up[1]})
+        ::close(fd);
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+// The target fails the first chunk it takes (fault injection): the initiator sees it and
+// copies that put again itself, so every put still lands whole.
+TEST(shared_put_cma, a_chunk_the_target_fails_is_copied_again_by_the_initiator) {
+    pair_options opt;
+    opt.cfg.forced = provider_kind::cma;
+    const auto r = run_pair(
+        opt,
+        [&](node& n, const std::function<void()>&) {
+            const auto t = next_pod<target_info>(n);
+            if (!t) return 40;
+            std::vector<std::byte> src(1u << 20);
+            std::uint64_t failed = 0;
+            for (int k = 0; k < 500 && failed == 0; ++k) {
+                const auto v = put_and_check(n, *t, src, 2000 + k, 0, src.size());
+                if (!v) return 41;
+                if (!v->ok) return 42;
+                failed = v->failed;
+            }
+            if (send_pod(n, 1, check_request{0, 0, 0})) return 43;
+            return failed == 1 ? 0 : 44;  // never injected in 500 puts: the target never helped
+        },
+        [&](node& n, const std::function<void()>&) {
+            n.rdma->fail_next_put_share_chunk();
+            return serve_target(n);
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+}  // namespace
+}  // namespace coverse::rdma::test
