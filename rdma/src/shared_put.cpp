@@ -5,8 +5,9 @@
 // send. From RNDV_SPLIT bytes, when a ring leads to the target, the initiator opens the
 // put in that ring's shared-put block (shm_put_share: the addresses, the size, the chunk
 // count and a claim word) and sends a notice on the ring. Then both PEs take chunks from
-// the claim word until none is left: the initiator writes its chunks with
-// process_vm_writev, the target reads its own with process_vm_readv.
+// the claim word until none is left, the initiator from the front, the target from the
+// back (two halves by default: layer_config::put_share_pieces): the initiator writes its
+// chunks with process_vm_writev, the target reads its own with process_vm_readv.
 //
 // Why it cannot hang or tear:
 // - The initiator never waits for the target to start. A target that is busy, asleep or
@@ -22,6 +23,7 @@
 // - A chunk the target could not copy sets consumer_failed, and the initiator copies the
 //   whole put again itself (the same bytes to the same place).
 // One shared put per pair runs at a time (share_slot); the next waits its turn.
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -60,8 +62,7 @@ task<op_result> layer::put(provider& p, std::uint32_t pe, std::span<const std::b
                            remote_memory remote) {
     impl& m = *_impl;
     if (&p == m.cma.get() && !m.closed && pe < m.peers.size() && m.peers[pe].out_ring &&
-        !m.peers[pe].lost && m.cfg.rndv_split > 0 && m.cfg.put_share_chunk > 0 &&
-        local.size() >= m.cfg.rndv_split)
+        !m.peers[pe].lost && m.cfg.rndv_split > 0 && local.size() >= m.cfg.rndv_split)
         co_return co_await m.shared_put(pe, local, remote);
     co_return co_await rdma::put(p, pe, local, remote);
 }
@@ -83,12 +84,10 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
         co_return op_result{op_status::peer_lost, "PE " + std::to_string(pe) + " is gone"};
 
     const std::uint64_t size = local.size();
-    // At least two chunks (half each, page-rounded, for a put under two put_share_chunk), at
-    // most max_chunks (a larger put takes larger ones).
-    const auto pages = [](std::uint64_t n) { return (n + 4095) & ~std::uint64_t{4095}; };
-    const std::uint64_t chunk =
-        std::max(std::min<std::uint64_t>(cfg.put_share_chunk, pages(size / 2)),
-                 pages((size + max_chunks - 1) / max_chunks));
+    // put_share_pieces page-rounded chunks (the last may be shorter, and a small put may
+    // need fewer), between 2 and max_chunks.
+    const std::uint64_t pieces = std::clamp<std::uint64_t>(cfg.put_share_pieces, 2, max_chunks);
+    const std::uint64_t chunk = ((size + pieces - 1) / pieces + 4095) & ~std::uint64_t{4095};
     const auto chunks = static_cast<std::uint32_t>((size + chunk - 1) / chunk);
     peer& p = peers[pe];
     if (++p.share_serial == 0) ++p.share_serial;  // 0 would name a block never opened
@@ -109,8 +108,9 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
     (void)stream_control(pe, net::frame_type::rma_get_request, false, serial, {});
 
     // This PE claims from the front, the target from the back: each PE copies the same
-    // part of a buffer put again and again, so its lines stay in that core's cache (taking
-    // chunks in turn moved them between the cores: 64 KiB chunks ran at 0.6x).
+    // part of a buffer put again and again, so its lines stay in that core's cache. With
+    // two halves (the default) each PE copies one, unless the other has not started by
+    // the time it is done with its own.
     op_result r;
     std::uint32_t ours = 0;  // chunks this PE claimed; the target claimed the rest
     for (;;) {

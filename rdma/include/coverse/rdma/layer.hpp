@@ -99,10 +99,10 @@ struct layer_config {
     /// RNDV_SPLIT: from this size a same-host rendezvous, and a one-sided put over cma,
     /// is copied by both PEs at once.
     std::size_t rndv_split = 256u << 10;
-    /// The piece of a shared put that each PE claims at a time (put()). Smaller pieces
-    /// balanced no better and ran slower: 64 KiB gave 0.6x the facade at 1 MiB, 256 KiB
-    /// 0.9-1.1x (docs/perf.md, stop 27).
-    std::size_t put_share_chunk = 256u << 10;
+    /// The chunks a shared put is cut into (put()), at least 2. Each PE keeps copying the
+    /// same part of a buffer put again and again only with 2: 3 ran at 0.7-1.0x the facade
+    /// at 1 MiB, 256 KiB chunks at 0.9-1.2x, halves at 1.2-1.5x (docs/perf.md, stop 27).
+    std::size_t put_share_pieces = 2;
     /// RNDV_FETCHES: rendezvous fetched from one peer at once (the rest queue, in order).
     std::size_t rndv_fetches = 2;
     /// EAGER_PROTOCOL and friends: receivers open short channels to busy same-host senders.
@@ -242,9 +242,10 @@ public:
 
     /// A one-sided put of `local` into `pe`'s `remote` memory over `p` (the provider that
     /// reaches `pe`). From RNDV_SPLIT bytes over cma, with a ring to `pe`, the target's PE
-    /// helps: both claim put_share_chunk pieces from the ring's shared-put block, so both
-    /// cores copy; a target busy elsewhere claims nothing and this PE copies it all. Else
-    /// one provider put. Completes when every byte is in place.
+    /// helps: the put is cut into put_share_pieces chunks that both PEs claim from the
+    /// ring's shared-put block, so both cores copy; a target busy elsewhere claims nothing
+    /// and this PE copies it all. Else one provider put. Completes when every byte is in
+    /// place.
     task<op_result> put(provider& p, std::uint32_t pe, std::span<const std::byte> local,
                         remote_memory remote);
 
