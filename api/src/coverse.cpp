@@ -419,6 +419,7 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
     if (credit && !credit->try_acquire()) {
         wait = credit;
         msg = make_message(handler, payload);
+        ++_send_stats.copied_allocated;
         return false;
     }
     const bool credited = credit != nullptr;
@@ -435,6 +436,7 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
         if (_core->send_now_borrowing(pe, buf, static_cast<std::uint32_t>(size))) {
             if (_core->is_lost(pe)) [[unlikely]]
                 throw peer_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
+            ++_send_stats.copied_frameless;
             return true;
         }
     }
@@ -445,6 +447,7 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
         if (credit) credit->release(1);  // nothing was sent: the credit stays the sender's
         throw;
     }
+    ++_send_stats.copied_allocated;
     if (credited) mark_credited(msg);
     return send_small(pe, msg);
 }

@@ -9,6 +9,7 @@
 #include <converse.h>
 
 #include <coverse/coverse.hpp>
+#include <coverse/runtime/settings.hpp>
 #include <coverse/runtime/timer.hpp>
 #include <coverse/runtime/when.hpp>
 
@@ -135,6 +136,7 @@ coverse::task<void> sends(coverse::machine& m, streams st) {
     // Copying sends from the caller's bytes: read when awaited, reusable once it completes
     // (the small ones go straight into the peer's ring on the same host, a copy elsewhere).
     {
+        const coverse::machine::send_counters before = m.send_stats();
         std::vector<std::uint32_t> word(1);
         for (std::uint32_t batch = 0; batch < 4; ++batch) {  // 25 at a time: within credits
             for (std::uint32_t i = batch * 25; i < (batch + 1) * 25; ++i) {
@@ -147,6 +149,19 @@ coverse::task<void> sends(coverse::machine& m, streams st) {
                 EXPECT(v == prev * 1000 + i, "copying send %u: got %u", pe, i, v);
             }
         }
+        // Each went one of the two ways; to another PE over a ring, straight from the stack.
+        const auto& after = m.send_stats();
+        const std::uint64_t frameless = after.copied_frameless - before.copied_frameless;
+        const std::uint64_t allocated = after.copied_allocated - before.copied_allocated;
+        EXPECT(frameless + allocated == 100, "copying sends counted %llu + %llu, not 100", pe,
+               static_cast<unsigned long long>(frameless),
+               static_cast<unsigned long long>(allocated));
+        if (n > 1 && coverse::settings::enabled("SHM"))
+            EXPECT(frameless > 0, "no copying send to PE %u went from the stack (%llu copied)", pe,
+                   next, static_cast<unsigned long long>(allocated));
+        else
+            EXPECT(frameless == 0, "%llu copying sends went from the stack without a ring", pe,
+                   static_cast<unsigned long long>(frameless));
         // Made first, awaited later: the bytes are those at the await.
         word[0] = 0x1111;
         {

@@ -500,6 +500,16 @@ public:
 
     detail::pe_core& core() noexcept { return *_core; }
 
+    /// How this PE's copying sends (`send(pe, handler, span)`, `send_value`) went: composed
+    /// on the stack and copied straight into the peer's ring or eager slot, or copied into
+    /// an allocated message first (over 512 bytes, to this PE itself, over a connection, a
+    /// stream credit to wait for, or a ring that could not take it then).
+    struct send_counters {
+        std::uint64_t copied_frameless = 0;
+        std::uint64_t copied_allocated = 0;
+    };
+    const send_counters& send_stats() const noexcept { return _send_stats; }
+
 private:
     friend class detail::pe_core;
     friend class message_stream;
@@ -593,6 +603,7 @@ private:
     std::unordered_set<std::uint32_t> _abandoned_collectives;
     event _collective_arrived;
     task_scope _scope{"coverse::machine"};
+    send_counters _send_stats;
 };
 
 /// Starts this PE (launcher, mesh, handlers), runs `entry(machine)` on its scheduler while
