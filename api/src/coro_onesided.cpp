@@ -125,9 +125,12 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
     if (is_get)
         r = co_await waiting_for({wait_kind::other, pe, remote.address, "a one-sided get"},
                                  rdma::get(*p, pe, local, rm));
+    else if (l->shares_put(*p, pe, local.size()))  // both PEs copy (rdma/src/shared_put.cpp)
+        r = co_await waiting_for({wait_kind::other, pe, remote.address, "a shared one-sided put"},
+                                 l->shared_put(pe, local, rm));
     else
         r = co_await waiting_for({wait_kind::other, pe, remote.address, "a one-sided put"},
-                                 l->put(*p, pe, local, rm));
+                                 rdma::put(*p, pe, local, rm));
     // Under ON_PEER_LOST=report a dead owner is the caller's to handle (a cma get sees the
     // process gone before the connection's failure is noticed: that is the same loss).
     if (!r.ok() && m.core().report_lost_peers() &&

@@ -618,7 +618,8 @@ struct layer::impl {
     /// The notice of a shared put `serial` from `from` (its ring's block): help copy it.
     void on_put_share(std::uint32_t from, std::uint32_t serial);
     static task<void> help_put(impl* self, std::uint32_t from, std::uint32_t serial);
-    bool fail_share_chunk = false;  // fail_next_put_share_chunk()
+    bool fail_share_chunk = false;    // fail_next_put_share_chunk()
+    std::uint64_t share_hold_ns = 0;  // hold_shared_puts_for_target()
 
     task_scope tasks{"rdma layer"};
 };

@@ -24,6 +24,7 @@
 //   whole put again itself (the same bytes to the same place).
 // One shared put per pair runs at a time (share_slot); the next waits its turn.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -58,13 +59,19 @@ struct turn_guard {
 
 }  // namespace
 
-task<op_result> layer::put(provider& p, std::uint32_t pe, std::span<const std::byte> local,
-                           remote_memory remote) {
-    impl& m = *_impl;
-    if (&p == m.cma.get() && !m.closed && pe < m.peers.size() && m.peers[pe].out_ring &&
-        !m.peers[pe].lost && m.cfg.rndv_split > 0 && local.size() >= m.cfg.rndv_split)
-        co_return co_await m.shared_put(pe, local, remote);
-    co_return co_await rdma::put(p, pe, local, remote);
+bool layer::shares_put(const provider& p, std::uint32_t pe, std::size_t size) const noexcept {
+    const impl& m = *_impl;
+    return &p == m.cma.get() && !m.closed && pe < m.peers.size() && m.peers[pe].out_ring &&
+           !m.peers[pe].lost && m.cfg.rndv_split > 0 && size >= m.cfg.rndv_split;
+}
+
+task<op_result> layer::shared_put(std::uint32_t pe, std::span<const std::byte> local,
+                                  remote_memory remote) {
+    return _impl->shared_put(pe, local, remote);
+}
+
+void layer::hold_shared_puts_for_target(std::chrono::nanoseconds limit) noexcept {
+    _impl->share_hold_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, limit.count()));
 }
 
 void layer::fail_next_put_share_chunk() noexcept {
@@ -85,8 +92,11 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
 
     const std::uint64_t size = local.size();
     // put_share_pieces page-rounded chunks (the last may be shorter, and a small put may
-    // need fewer), between 2 and max_chunks.
-    const std::uint64_t pieces = std::clamp<std::uint64_t>(cfg.put_share_pieces, 2, max_chunks);
+    // need fewer), more when a chunk would exceed RNDV_CHUNK (the target copies a chunk in
+    // one call, its loop waiting meanwhile), between 2 and max_chunks.
+    const std::uint64_t pieces = std::clamp<std::uint64_t>(
+        std::max<std::uint64_t>(cfg.put_share_pieces, (size + cfg.rndv_chunk - 1) / cfg.rndv_chunk),
+        2, max_chunks);
     const std::uint64_t chunk = ((size + pieces - 1) / pieces + 4095) & ~std::uint64_t{4095};
     const auto chunks = static_cast<std::uint32_t>((size + chunk - 1) / chunk);
     peer& p = peers[pe];
@@ -99,13 +109,25 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
         sh.source.store(reinterpret_cast<std::uintptr_t>(local.data()), std::memory_order_relaxed);
         sh.target.store(remote.address, std::memory_order_relaxed);
         sh.size.store(size, std::memory_order_relaxed);
-        sh.chunk.store(static_cast<std::uint32_t>(chunk), std::memory_order_relaxed);
+        sh.chunk.store(chunk, std::memory_order_relaxed);
         sh.chunks.store(chunks, std::memory_order_relaxed);
         sh.claim.store(claim_word(serial, 0, chunks), std::memory_order_release);
     }
     ++self._stats.shared_puts;
     // A path that is down sends no notice: then the target claims nothing, and we copy all.
     (void)stream_control(pe, net::frame_type::rma_get_request, false, serial, {});
+
+    if (share_hold_ns > 0) {  // tests: give the target its chance first
+        const auto until =
+            std::chrono::steady_clock::now() + std::chrono::nanoseconds(share_hold_ns);
+        while (!closed && !peers[pe].lost && peers[pe].out_ring &&
+               back_of(peers[pe].out_ring->put_share().claim.load(std::memory_order_acquire)) ==
+                   chunks &&
+               std::chrono::steady_clock::now() < until)
+            co_await yield();
+        if (closed || peers[pe].lost || !peers[pe].out_ring)
+            co_return op_result{op_status::peer_lost, "PE " + std::to_string(pe) + " is gone"};
+    }
 
     // This PE claims from the front, the target from the back: each PE copies the same
     // part of a buffer put again and again, so its lines stay in that core's cache. With
@@ -140,6 +162,8 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
             break;
         }
     }
+    // A target process that is gone copies nothing any more: no need to wait for it.
+    if (r.status == op_status::peer_lost) co_return r;
     // `local` is ours again only when the target finished every chunk it claimed.
     const std::uint32_t theirs = chunks - ours;
     bool helper_failed = false;
@@ -169,7 +193,11 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
 }
 
 void layer::impl::on_put_share(std::uint32_t from, std::uint32_t serial) {
-    if (closed || !cma || !peers[from].in_ring || peers[from].lost) return;
+    // Only a peer we read with cma: another provider cannot copy its chunks, and each
+    // failed chunk would cost the initiator the whole put again.
+    if (closed || !cma || !peers[from].in_ring || peers[from].lost ||
+        peers[from].get_with != provider_kind::cma)
+        return;
     tasks.spawn(help_put(this, from, serial), "shared put: the target's chunks", sched);
 }
 

@@ -21,6 +21,7 @@
 // refuses it, send() queues behind the set-up).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -240,18 +241,23 @@ public:
     bool inject_bad_eager_footer(std::uint32_t dest,
                                  footer_fault fault = footer_fault::unknown_sentinel);
 
-    /// A one-sided put of `local` into `pe`'s `remote` memory over `p` (the provider that
-    /// reaches `pe`). From RNDV_SPLIT bytes over cma, with a ring to `pe`, the target's PE
-    /// helps: the put is cut into put_share_pieces chunks that both PEs claim from the
-    /// ring's shared-put block, so both cores copy; a target busy elsewhere claims nothing
-    /// and this PE copies it all. Else one provider put. Completes when every byte is in
+    /// True when a one-sided put of `size` bytes to `pe` over `p` (the provider that
+    /// reaches `pe`) is a shared put: from RNDV_SPLIT bytes over cma, with a ring to `pe`.
+    bool shares_put(const provider& p, std::uint32_t pe, std::size_t size) const noexcept;
+    /// A shared put of `local` into `pe`'s `remote` memory (when shares_put() said so): the
+    /// put is cut into put_share_pieces chunks (more above RNDV_CHUNK each) that both PEs
+    /// claim from the ring's shared-put block, so both cores copy; a target that is not in
+    /// its loop claims nothing and this PE copies it all. Completes when every byte is in
     /// place.
-    task<op_result> put(provider& p, std::uint32_t pe, std::span<const std::byte> local,
-                        remote_memory remote);
+    task<op_result> shared_put(std::uint32_t pe, std::span<const std::byte> local,
+                               remote_memory remote);
 
     /// Fault injection for tests: the next chunk this PE copies for a peer's shared put
     /// fails, as a failed process_vm_readv would (the initiator then copies it all).
     void fail_next_put_share_chunk() noexcept;
+    /// For tests: each shared put from this PE waits up to `limit` for the target's first
+    /// claim before it claims its own chunks (0, the default: it does not wait).
+    void hold_shared_puts_for_target(std::chrono::nanoseconds limit) noexcept;
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;
