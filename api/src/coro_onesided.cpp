@@ -122,10 +122,14 @@ task<void> transfer(machine& m, bool is_get, std::uint32_t pe, std::span<std::by
     // ...`, the GCC 12 build freed an invalid pointer (the awaiter that waiting_for keeps
     // by reference is a temporary of the conditional expression).
     rdma::op_result r;
-    if (is_get)
+    const bool shared = l->shares_onesided(*p, pe, local.size());  // both PEs copy
+    if (is_get && shared)
+        r = co_await waiting_for({wait_kind::other, pe, remote.address, "a shared one-sided get"},
+                                 l->shared_get(pe, local, rm));
+    else if (is_get)
         r = co_await waiting_for({wait_kind::other, pe, remote.address, "a one-sided get"},
                                  rdma::get(*p, pe, local, rm));
-    else if (l->shares_put(*p, pe, local.size()))  // both PEs copy (rdma/src/shared_put.cpp)
+    else if (shared)
         r = co_await waiting_for({wait_kind::other, pe, remote.address, "a shared one-sided put"},
                                  l->shared_put(pe, local, rm));
     else

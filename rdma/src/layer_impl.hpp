@@ -612,14 +612,14 @@ struct layer::impl {
     std::unordered_map<std::uint64_t, rndv_in*> fetching;  // (from << 32 | id) -> receive
     std::size_t incoming = 0;                              // receives not finished yet
 
-    // ---- shared puts (shared_put.cpp) -------------------------------------------------------
-    task<op_result> shared_put(std::uint32_t pe, std::span<const std::byte> local,
-                               remote_memory remote);
-    /// The notice of a shared put `serial` from `from` (its ring's block): help copy it.
+    // ---- shared puts and gets (shared_put.cpp) ----------------------------------------------
+    task<op_result> shared_transfer(std::uint32_t pe, bool is_get, std::span<std::byte> local,
+                                    remote_memory remote);
+    /// The notice of a shared put or get `serial` from `from` (its ring's block): help.
     void on_put_share(std::uint32_t from, std::uint32_t serial);
-    static task<void> help_put(impl* self, std::uint32_t from, std::uint32_t serial);
-    bool fail_share_chunk = false;    // fail_next_put_share_chunk()
-    std::uint64_t share_hold_ns = 0;  // hold_shared_puts_for_target()
+    static task<void> help_transfer(impl* self, std::uint32_t from, std::uint32_t serial);
+    bool fail_share_chunk = false;    // fail_next_shared_chunk()
+    std::uint64_t share_hold_ns = 0;  // hold_shared_transfers_for_target()
 
     task_scope tasks{"rdma layer"};
 };

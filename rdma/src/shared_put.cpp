@@ -1,13 +1,15 @@
-// Shared puts: a one-sided put over cma that the target's PE helps copy.
+// Shared puts and gets: a one-sided transfer over cma that the target's PE helps copy.
 //
-// A put copies on the initiator's core alone, while a same-host rendezvous from RNDV_SPLIT
-// bytes has both PEs copy (rendezvous.cpp), so a 1 MiB put ran at 0.6-0.8x the facade's
-// send. From RNDV_SPLIT bytes, when a ring leads to the target, the initiator opens the
-// put in that ring's shared-put block (shm_put_share: the addresses, the size, the chunk
-// count and a claim word) and sends a notice on the ring. Then both PEs take chunks from
-// the claim word until none is left, the initiator from the front, the target from the
-// back (two halves by default: layer_config::put_share_pieces): the initiator writes its
-// chunks with process_vm_writev, the target reads its own with process_vm_readv.
+// A put or get copies on the initiator's core alone, while a same-host rendezvous from
+// RNDV_SPLIT bytes has both PEs copy (rendezvous.cpp), so a 1 MiB put ran at 0.6-0.8x the
+// facade's send. From RNDV_SPLIT bytes, when a ring leads to the target, the initiator
+// opens the transfer in that ring's shared-put block (shm_put_share: the two addresses,
+// put or get, the size, the chunk count and a claim word) and sends a notice on the ring.
+// Then both PEs take chunks from the claim word until none is left, the initiator from the
+// front, the target from the back (two halves by default: layer_config::share_pieces).
+// For a put the initiator writes its chunks with process_vm_writev and the target reads
+// its own from the initiator with process_vm_readv; for a get the initiator reads and the
+// target writes into the initiator.
 //
 // Why it cannot hang or tear:
 // - The initiator never waits for the target to start. A target that is busy, asleep or
@@ -15,14 +17,16 @@
 // - The initiator waits only for chunks the target has claimed. The target copies a
 //   claimed chunk at once, counts it in consumer_done, and yields only between chunks. A
 //   target that dies mid-chunk ends that wait as a lost peer.
-// - The claim word's high half names the put (a serial per pair). A notice read after its
-//   put ended finds another serial, or no chunk left, and claims nothing; the compare-and-
+// - The claim word's high half names the transfer (a serial per pair). A notice read after
+//   its transfer ended finds another serial, or no chunk left, and claims nothing; the compare-and-
 //   swap fails if the word moved since it was read. The target reads the addresses only
 //   after a claim succeeded. The initiator reuses the block only once every chunk the
-//   target claimed is counted done, so those addresses still belong to that put.
+//   target claimed is counted done, so those addresses still belong to that transfer.
 // - A chunk the target could not copy sets consumer_failed, and the initiator copies the
-//   whole put again itself (the same bytes to the same place).
-// One shared put per pair runs at a time (share_slot); the next waits its turn.
+//   whole transfer again itself (the same bytes to the same place).
+// One shared transfer per pair runs at a time (share_slot); the next waits its turn. With
+// more PEs than cores nothing is shared (shares_onesided): a target would rarely be on a
+// core to help, and one that lost its core mid-chunk would hold the transfer up.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -36,7 +40,7 @@ namespace coverse::rdma {
 
 namespace {
 
-// The claim word: the put's serial (bits 32..63) and the chunks nobody claimed yet,
+// The claim word: the transfer's serial (bits 32..63) and the chunks nobody claimed yet,
 // [front, back): front in bits 0..15, back in bits 16..31.
 constexpr std::uint64_t max_chunks = 0xFFFF;
 constexpr std::uint32_t front_of(std::uint64_t w) noexcept {
@@ -59,31 +63,43 @@ struct turn_guard {
 
 }  // namespace
 
-bool layer::shares_put(const provider& p, std::uint32_t pe, std::size_t size) const noexcept {
+bool layer::shares_onesided(const provider& p, std::uint32_t pe, std::size_t size) const noexcept {
     const impl& m = *_impl;
+    // More PEs than cores: the target would rarely be on a core to help, and one that
+    // claimed a chunk and lost its core would hold the transfer up for a time slice.
     return &p == m.cma.get() && !m.closed && pe < m.peers.size() && m.peers[pe].out_ring &&
-           !m.peers[pe].lost && m.cfg.rndv_split > 0 && size >= m.cfg.rndv_split;
+           !m.peers[pe].lost && m.cfg.rndv_split > 0 && size >= m.cfg.rndv_split &&
+           !m.sched.options().yield_while_spinning;
 }
 
 task<op_result> layer::shared_put(std::uint32_t pe, std::span<const std::byte> local,
                                   remote_memory remote) {
-    return _impl->shared_put(pe, local, remote);
+    // A put only reads `local`; the shared path takes a mutable span for both directions.
+    return _impl->shared_transfer(
+        pe, false, std::span<std::byte>(const_cast<std::byte*>(local.data()), local.size()),
+        remote);
 }
 
-void layer::hold_shared_puts_for_target(std::chrono::nanoseconds limit) noexcept {
+task<op_result> layer::shared_get(std::uint32_t pe, std::span<std::byte> local,
+                                  remote_memory remote) {
+    return _impl->shared_transfer(pe, true, local, remote);
+}
+
+void layer::hold_shared_transfers_for_target(std::chrono::nanoseconds limit) noexcept {
     _impl->share_hold_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, limit.count()));
 }
 
-void layer::fail_next_put_share_chunk() noexcept {
+void layer::fail_next_shared_chunk() noexcept {
     _impl->fail_share_chunk = true;
 }
 
-task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::byte> local,
-                                        remote_memory remote) {
+task<op_result> layer::impl::shared_transfer(std::uint32_t pe, bool is_get,
+                                             std::span<std::byte> local, remote_memory remote) {
+    const char* const what = is_get ? "get" : "put";
     if (!peers[pe].share_slot) peers[pe].share_slot = std::make_shared<semaphore>(1);
     const std::shared_ptr<semaphore> turn = peers[pe].share_slot;
     co_await waiting_for(
-        {wait_kind::other, pe, remote.address, "shared put: the one before it to this PE"},
+        {wait_kind::other, pe, remote.address, "shared put or get: the one before it to this PE"},
         turn->acquire());
     const turn_guard guard{turn};
     if (closed) co_return op_result{op_status::failed, "the rdma layer closed"};
@@ -91,12 +107,12 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
         co_return op_result{op_status::peer_lost, "PE " + std::to_string(pe) + " is gone"};
 
     const std::uint64_t size = local.size();
-    // put_share_pieces page-rounded chunks (the last may be shorter, and a small put may
+    // share_pieces page-rounded chunks (the last may be shorter, and a small put may
     // need fewer), more when a chunk would exceed RNDV_CHUNK (the target copies a chunk in
     // one call, its loop waiting meanwhile), between 2 and max_chunks.
     const std::uint64_t pieces = std::clamp<std::uint64_t>(
-        std::max<std::uint64_t>(cfg.put_share_pieces, (size + cfg.rndv_chunk - 1) / cfg.rndv_chunk),
-        2, max_chunks);
+        std::max<std::uint64_t>(cfg.share_pieces, (size + cfg.rndv_chunk - 1) / cfg.rndv_chunk), 2,
+        max_chunks);
     const std::uint64_t chunk = ((size + pieces - 1) / pieces + 4095) & ~std::uint64_t{4095};
     const auto chunks = static_cast<std::uint32_t>((size + chunk - 1) / chunk);
     peer& p = peers[pe];
@@ -106,14 +122,16 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
         shm_put_share& sh = p.out_ring->put_share();
         sh.consumer_done.store(0, std::memory_order_relaxed);
         sh.consumer_failed.store(0, std::memory_order_relaxed);
-        sh.source.store(reinterpret_cast<std::uintptr_t>(local.data()), std::memory_order_relaxed);
-        sh.target.store(remote.address, std::memory_order_relaxed);
+        sh.is_get.store(is_get ? 1 : 0, std::memory_order_relaxed);
+        sh.initiator_memory.store(reinterpret_cast<std::uintptr_t>(local.data()),
+                                  std::memory_order_relaxed);
+        sh.target_memory.store(remote.address, std::memory_order_relaxed);
         sh.size.store(size, std::memory_order_relaxed);
         sh.chunk.store(chunk, std::memory_order_relaxed);
         sh.chunks.store(chunks, std::memory_order_relaxed);
         sh.claim.store(claim_word(serial, 0, chunks), std::memory_order_release);
     }
-    ++self._stats.shared_puts;
+    ++(is_get ? self._stats.shared_gets : self._stats.shared_puts);
     // A path that is down sends no notice: then the target claims nothing, and we copy all.
     (void)stream_control(pe, net::frame_type::rma_get_request, false, serial, {});
 
@@ -148,8 +166,11 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
         const std::uint64_t off = std::uint64_t{i} * chunk;
         const std::uint64_t n = std::min(chunk, size - off);
         sync_completion c;
-        cma->post_put(pe, local.subspan(off, n), remote_memory{remote.address + off, remote.key, n},
-                      c);
+        const remote_memory part{remote.address + off, remote.key, n};
+        if (is_get)
+            cma->post_get(pe, local.subspan(off, n), part, c);
+        else
+            cma->post_put(pe, local.subspan(off, n), part, c);
         if (!c.result.ok()) {
             r = c.result;
             // Claim what is left, so the target stops too.
@@ -169,11 +190,12 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
     bool helper_failed = false;
     for (;;) {
         if (closed) {
-            r = {op_status::failed, "the rdma layer closed during a shared put"};
+            r = {op_status::failed, std::string("the rdma layer closed during a shared ") + what};
             break;
         }
         if (peers[pe].lost || !peers[pe].out_ring) {
-            r = {op_status::peer_lost, "PE " + std::to_string(pe) + " died during a shared put"};
+            r = {op_status::peer_lost,
+                 "PE " + std::to_string(pe) + " died during a shared " + std::string(what)};
             break;
         }
         shm_put_share& sh = peers[pe].out_ring->put_share();
@@ -184,9 +206,13 @@ task<op_result> layer::impl::shared_put(std::uint32_t pe, std::span<const std::b
         co_await yield();
     }
     if (r.ok() && helper_failed) {
-        // The target could not copy a chunk it took: this PE writes the whole put itself.
+        // The target could not copy a chunk it took: this PE copies the whole of it itself.
         sync_completion c;
-        cma->post_put(pe, local, remote_memory{remote.address, remote.key, size}, c);
+        const remote_memory all{remote.address, remote.key, size};
+        if (is_get)
+            cma->post_get(pe, local, all, c);
+        else
+            cma->post_put(pe, local, all, c);
         r = c.result;
     }
     co_return r;
@@ -198,13 +224,13 @@ void layer::impl::on_put_share(std::uint32_t from, std::uint32_t serial) {
     if (closed || !cma || !peers[from].in_ring || peers[from].lost ||
         peers[from].get_with != provider_kind::cma)
         return;
-    tasks.spawn(help_put(this, from, serial), "shared put: the target's chunks", sched);
+    tasks.spawn(help_transfer(this, from, serial), "shared put or get: the target's chunks", sched);
 }
 
-task<void> layer::impl::help_put(impl* self, std::uint32_t from, std::uint32_t serial) {
-    std::uint64_t source = 0, target = 0, size = 0, chunk = 0;
+task<void> layer::impl::help_transfer(impl* self, std::uint32_t from, std::uint32_t serial) {
+    std::uint64_t initiator = 0, target = 0, size = 0, chunk = 0;
     std::uint32_t chunks = 0;
-    bool known = false;
+    bool is_get = false, known = false;
     for (;;) {
         if (self->closed) co_return;
         peer& p = self->peers[from];
@@ -213,14 +239,16 @@ task<void> layer::impl::help_put(impl* self, std::uint32_t from, std::uint32_t s
         std::uint64_t w = sh.claim.load(std::memory_order_acquire);
         if ((w >> 32) != serial) co_return;  // that put ended; another may have begun
         if (front_of(w) >= back_of(w)) co_return;
-        // From the back (see shared_put).
+        // From the back (see shared_transfer).
         if (!sh.claim.compare_exchange_strong(w, w - (std::uint64_t{1} << 16),
                                               std::memory_order_acq_rel, std::memory_order_acquire))
             continue;
-        // Claimed: the put stays open (its block unchanged) until we count this chunk done.
+        // Claimed: the transfer stays open (its block unchanged) until we count this chunk
+        // done.
         if (!known) {
-            source = sh.source.load(std::memory_order_relaxed);
-            target = sh.target.load(std::memory_order_relaxed);
+            is_get = sh.is_get.load(std::memory_order_relaxed) != 0;
+            initiator = sh.initiator_memory.load(std::memory_order_relaxed);
+            target = sh.target_memory.load(std::memory_order_relaxed);
             size = sh.size.load(std::memory_order_relaxed);
             chunk = sh.chunk.load(std::memory_order_relaxed);
             chunks = sh.chunks.load(std::memory_order_relaxed);
@@ -232,21 +260,25 @@ task<void> layer::impl::help_put(impl* self, std::uint32_t from, std::uint32_t s
         if (ok && std::exchange(self->fail_share_chunk, false)) ok = false;  // nothing copied
         if (ok) {
             const std::uint64_t n = std::min(chunk, size - off);
-            // Our own memory, written by reading the initiator's: a bad address fails the
-            // call (EFAULT), it does not fault here.
+            // Our own memory and the initiator's, through the kernel: a bad address fails
+            // the call (EFAULT), it does not fault here. A put's chunk is read from the
+            // initiator into our memory; a get's is written from ours into the initiator.
+            const std::span<std::byte> mine(reinterpret_cast<std::byte*>(target + off), n);
+            const remote_memory theirs{initiator + off, 0, n};
             sync_completion c;
-            self->cma->post_get(from,
-                                std::span<std::byte>(reinterpret_cast<std::byte*>(target + off), n),
-                                remote_memory{source + off, 0, n}, c);
+            if (is_get)
+                self->cma->post_put(from, mine, theirs, c);
+            else
+                self->cma->post_get(from, mine, theirs, c);
             ok = c.result.ok();
             if (ok) {
-                ++self->self._stats.put_share_chunks;
-                self->self._stats.put_share_bytes += n;
+                ++self->self._stats.shared_chunks;
+                self->self._stats.shared_bytes += n;
             }
         }
         if (!ok) {
             sh.consumer_failed.store(1, std::memory_order_relaxed);
-            ++self->self._stats.put_share_failures;
+            ++self->self._stats.shared_failures;
         }
         sh.consumer_done.fetch_add(1, std::memory_order_release);
         if (!ok) co_return;  // the initiator copies it all again

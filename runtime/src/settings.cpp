@@ -365,8 +365,8 @@ constexpr setting_info registry[] = {
      .type = vt::bytes,
      .default_value = "262144",
      .meaning = "same host: from this size the sender copies the second half while the "
-                "receiver gets the first, and the target of a one-sided put copies part of "
-                "it; 0 or off: the receiver (the put's initiator) copies all",
+                "receiver gets the first, and the target of a one-sided put or get copies "
+                "part of it; 0 or off: the receiver (the put's or get's initiator) copies all",
      .layer = "rdma",
      .off_is_zero = true},
     {.name = "EAGER_PROTOCOL",

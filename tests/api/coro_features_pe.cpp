@@ -462,8 +462,8 @@ coverse::task<void> onesided(coverse::machine& m, streams) {
     for (std::size_t i = 0; i < 1024; ++i)
         EXPECT(mem[1024 + i] == next * 1'000'000 + i, "put: word %zu is %u", pe, i, mem[1024 + i]);
 
-    // A put above RNDV_SPLIT at an odd size and offset (over cma: copied by both PEs, the
-    // shared put of rdma/src/shared_put.cpp).
+    // A put and a get above RNDV_SPLIT at an odd size and offset (over cma: copied by both
+    // PEs, rdma/src/shared_put.cpp).
     {
         constexpr std::size_t big = (1u << 20) + 5;
         std::vector<std::byte> sink(big + 3), source(big);
@@ -477,6 +477,16 @@ coverse::task<void> onesided(coverse::machine& m, streams) {
         for (std::size_t i = 0; i < big; ++i)
             wrong += sink[3 + i] != static_cast<std::byte>((i * 7 + next) & 0xFF);
         EXPECT(wrong == 0 && sink[0] == std::byte{0}, "big put: %zu wrong bytes", pe, wrong);
+        // And a get of the same size (shared too): the next PE's sink holds what the PE
+        // after it put there.
+        std::vector<std::byte> got_big(big);
+        co_await m.get(next, sinks[next].slice(3, big), got_big);
+        const std::uint32_t after_next = (next + 1) % n;
+        wrong = 0;
+        for (std::size_t i = 0; i < big; ++i)
+            wrong += got_big[i] != static_cast<std::byte>((i * 7 + after_next) & 0xFF);
+        EXPECT(wrong == 0, "big get: %zu wrong bytes", pe, wrong);
+        co_await m.barrier();  // nobody reads the sinks any more
     }
 
     auto throws = [](auto&& f) {

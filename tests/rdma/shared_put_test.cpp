@@ -4,7 +4,7 @@
 // is not running its loop does not hold the put up; a chunk the target fails to copy is
 // copied again by the initiator. Over tcp a put stays one provider put. Where a check needs
 // the target to take part, the initiator waits for its first claim
-// (layer::hold_shared_puts_for_target), so no check depends on the machine's timing.
+// (layer::hold_shared_transfers_for_target), so no check depends on the machine's timing.
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -24,8 +24,10 @@ namespace {
 struct target_info {
     std::uint64_t address, key, length;
 };
+enum : std::uint64_t { op_check, op_fill, op_stats, op_fail_next };
 struct check_request {
     std::uint64_t seed, offset, size;  // size 0: the end
+    std::uint64_t op = op_check;       // check or fill [offset, offset + size) with seed
 };
 struct check_reply {
     std::uint64_t ok, helped, failed;
@@ -58,26 +60,32 @@ std::optional<T> next_pod(node& n) {
     return out;
 }
 
-// A put as the coroutine API makes it: shared when layer::shares_put says so, else one
-// provider put.
+// A put or get as the coroutine API makes it: shared when layer::shares_onesided says so,
+// else one provider operation.
 task<op_result> put_task(layer& l, provider& p, std::uint32_t pe, std::span<const std::byte> local,
                          remote_memory remote) {
-    if (l.shares_put(p, pe, local.size())) co_return co_await l.shared_put(pe, local, remote);
+    if (l.shares_onesided(p, pe, local.size())) co_return co_await l.shared_put(pe, local, remote);
     co_return co_await rdma::put(p, pe, local, remote);
 }
+task<op_result> get_task(layer& l, provider& p, std::uint32_t pe, std::span<std::byte> local,
+                         remote_memory remote) {
+    if (l.shares_onesided(p, pe, local.size())) co_return co_await l.shared_get(pe, local, remote);
+    co_return co_await rdma::get(p, pe, local, remote);
+}
 
-// Runs put_task on the node's loop until it completes.
-op_result put_now(node& n, std::span<const std::byte> local, remote_memory remote) {
+// Runs put_task (get_task) on the node's loop until it completes.
+op_result transfer_now(node& n, bool is_get, std::span<std::byte> local, remote_memory remote) {
     const std::uint32_t peer = 1 - n.rank;
     provider* p = provider_to(*n.rdma, peer);
     if (!p) return {op_status::failed, "no provider reaches the peer"};
     // Shared with the task: a put that outlives the wait (a failure) writes nothing freed.
     auto out = std::make_shared<std::optional<op_result>>();
     n.sched.spawn(
-        [](layer& l, provider& p, std::uint32_t pe, std::span<const std::byte> local,
+        [](layer& l, provider& p, std::uint32_t pe, bool is_get, std::span<std::byte> local,
            remote_memory remote, std::shared_ptr<std::optional<op_result>> out) -> task<void> {
-            *out = co_await put_task(l, p, pe, local, remote);
-        }(*n.rdma, *p, peer, local, remote, out),
+            *out = is_get ? co_await get_task(l, p, pe, local, remote)
+                          : co_await put_task(l, p, pe, local, remote);
+        }(*n.rdma, *p, peer, is_get, local, remote, out),
         "test put");
     if (!n.wait_for([&] { return out->has_value(); }))
         return {op_status::failed, "never completed"};
@@ -100,15 +108,21 @@ int serve_target(node& n, const std::function<void()>& before_checks = {}) {
         if (!c) return 71;
         if (c->size == 0) return 0;
         if (c->offset + c->size > region.size()) return 72;
-        const bool ok = check(region.data() + c->offset, c->size, c->seed);
+        bool ok = true;
+        if (c->op == op_fill)
+            fill(region.data() + c->offset, c->size, c->seed);
+        else if (c->op == op_fail_next)
+            n.rdma->fail_next_shared_chunk();
+        else if (c->op == op_check)
+            ok = check(region.data() + c->offset, c->size, c->seed);
         if (!ok)
             std::fprintf(stderr, "PE 1: the put of %llu bytes at %llu (seed %llu) is wrong\n",
                          static_cast<unsigned long long>(c->size),
                          static_cast<unsigned long long>(c->offset),
                          static_cast<unsigned long long>(c->seed));
         const auto& st = n.rdma->stats();
-        if (int rc = send_pod(
-                n, 0, check_reply{ok ? 1u : 0u, st.put_share_chunks, st.put_share_failures}))
+        if (int rc =
+                send_pod(n, 0, check_reply{ok ? 1u : 0u, st.shared_chunks, st.shared_failures}))
             return rc;
     }
 }
@@ -118,8 +132,8 @@ std::optional<check_reply> put_and_check(node& n, const target_info& t, std::vec
                                          std::uint64_t seed, std::uint64_t offset,
                                          std::uint64_t size) {
     fill(src.data(), size, seed);
-    const op_result r = put_now(n, std::span<const std::byte>(src.data(), size),
-                                remote_memory{t.address + offset, t.key, size});
+    const op_result r = transfer_now(n, false, std::span<std::byte>(src.data(), size),
+                                     remote_memory{t.address + offset, t.key, size});
     if (!r.ok()) {
         std::fprintf(stderr, "PE 0: put of %llu bytes: %s\n", static_cast<unsigned long long>(size),
                      r.detail.c_str());
@@ -127,6 +141,31 @@ std::optional<check_reply> put_and_check(node& n, const target_info& t, std::vec
     }
     if (send_pod(n, 1, check_request{seed, offset, size})) return std::nullopt;
     return next_pod<check_reply>(n);
+}
+
+// The target fills `size` bytes at `offset` with `seed`; one get of them, checked here; then
+// the target's counters (ok: the bytes got are right).
+std::optional<check_reply> get_and_check(node& n, const target_info& t, std::vector<std::byte>& dst,
+                                         std::uint64_t seed, std::uint64_t offset,
+                                         std::uint64_t size) {
+    if (send_pod(n, 1, check_request{seed, offset, size, op_fill})) return std::nullopt;
+    if (!next_pod<check_reply>(n)) return std::nullopt;
+    std::memset(dst.data(), 0, size);
+    const op_result r = transfer_now(n, true, std::span<std::byte>(dst.data(), size),
+                                     remote_memory{t.address + offset, t.key, size});
+    if (!r.ok()) {
+        std::fprintf(stderr, "PE 0: get of %llu bytes: %s\n", static_cast<unsigned long long>(size),
+                     r.detail.c_str());
+        return std::nullopt;
+    }
+    if (send_pod(n, 1, check_request{0, 0, 1, op_stats})) return std::nullopt;
+    auto v = next_pod<check_reply>(n);
+    if (v) v->ok = check(dst.data(), size, seed) ? 1 : 0;
+    if (v && !v->ok)
+        std::fprintf(stderr, "PE 0: the get of %llu bytes at %llu (seed %llu) is wrong\n",
+                     static_cast<unsigned long long>(size), static_cast<unsigned long long>(offset),
+                     static_cast<unsigned long long>(seed));
+    return v;
 }
 
 class shared_put : public testing::TestWithParam<provider_kind> {
@@ -192,7 +231,7 @@ TEST_P(shared_put, puts_land_whole_and_over_cma_the_target_copies_part) {
             // Each put now waits for the target's first claim (a test hook: whether a
             // target that polls gets there before the initiator is done is up to the
             // machine's load): over cma it copies at least one chunk of each.
-            n.rdma->hold_shared_puts_for_target(10s);
+            n.rdma->hold_shared_transfers_for_target(10s);
             std::uint64_t helped_before = 0, helped = 0;
             for (int k = 0; k < 8; ++k) {
                 const auto v = put_and_check(n, *t, src, 1000 + k, 0, 1u << 20);
@@ -208,6 +247,61 @@ TEST_P(shared_put, puts_land_whole_and_over_cma_the_target_copies_part) {
                 if (helped < 7) return 20;  // the target took no chunk of some put
             } else if (shared != 0 || helped != 0) {
                 return 21;  // over tcp a put is one provider put
+            }
+            return 0;
+        },
+        [&](node& n, const std::function<void()>&) { return serve_target(n); });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+// Gets as the puts above: the target fills, PE 0 gets and checks; over cma the target
+// writes part of each (a chunk of each of the last 7, when PE 0 waits for its claim).
+TEST_P(shared_put, gets_land_whole_and_over_cma_the_target_copies_part) {
+    const bool cma = GetParam() == provider_kind::cma;
+    const std::size_t split = _opt.cfg.rndv_split;
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            const auto t = next_pod<target_info>(n);
+            if (!t) return 10;
+            std::vector<std::byte> dst(region_bytes);
+            struct one {
+                std::uint64_t offset, size;
+            };
+            const one cases[] = {{0, split - 1},         {0, split},
+                                 {1, (1u << 20) + 3},    {4095, 2 * split + 1},
+                                 {1, (4u << 20) + 4097}, {8192, 8u << 20}};
+            std::uint64_t seed = 1;
+            for (const one& c : cases) {
+                const auto v = get_and_check(n, *t, dst, seed++, c.offset, c.size);
+                if (!v) return 11;
+                if (!v->ok) return 12;
+            }
+            n.rdma->hold_shared_transfers_for_target(10s);
+            std::uint64_t helped_before = 0, helped = 0;
+            for (int k = 0; k < 8; ++k) {
+                const auto v = get_and_check(n, *t, dst, 1000 + k, 0, 1u << 20);
+                if (!v || !v->ok) return 13;
+                if (k == 0) helped_before = v->helped;
+                helped = v->helped;
+            }
+            helped -= helped_before;
+            // A chunk the target fails to write: PE 0 gets the whole of it again.
+            if (cma) {
+                if (send_pod(n, 1, check_request{0, 0, 1, op_fail_next})) return 14;
+                if (!next_pod<check_reply>(n)) return 15;
+                const auto v = get_and_check(n, *t, dst, 2000, 0, 1u << 20);
+                if (!v || !v->ok) return 16;
+                if (v->failed != 1) return 17;
+            }
+            const std::uint64_t shared = n.rdma->stats().shared_gets;
+            if (send_pod(n, 1, check_request{0, 0, 0})) return 18;
+            if (cma) {
+                if (shared == 0) return 19;
+                if (helped < 7) return 20;
+            } else if (shared != 0 || helped != 0) {
+                return 21;
             }
             return 0;
         },
@@ -250,7 +344,8 @@ TEST(shared_put_cma, a_put_completes_while_the_target_is_outside_its_loop) {
             if (::poll(&blocked, 1, 60'000) != 1 || ::read(up[0], &c, 1) != 1) return 31;
             std::vector<std::byte> src(4u << 20);
             fill(src.data(), src.size(), 7);
-            const op_result put = put_now(n, src, remote_memory{t->address, t->key, src.size()});
+            const op_result put =
+                transfer_now(n, false, src, remote_memory{t->address, t->key, src.size()});
             if (!put.ok()) return 32;
             if (n.rdma->stats().shared_puts != 1) return 33;
             [[maybe_unused]] auto w = ::write(go[1], "g", 1);
@@ -259,7 +354,7 @@ TEST(shared_put_cma, a_put_completes_while_the_target_is_outside_its_loop) {
             const auto v = next_pod<check_reply>(n);
             if (!v || !v->ok) return 35;
             // PE 1 runs its loop again: the next put is shared as usual.
-            n.rdma->hold_shared_puts_for_target(10s);
+            n.rdma->hold_shared_transfers_for_target(10s);
             const auto again = put_and_check(n, *t, src, 8, 0, src.size());
             if (!again || !again->ok) return 36;
             if (again->helped == 0) return 37;
@@ -292,7 +387,7 @@ TEST(shared_put_cma, a_chunk_the_target_fails_is_copied_again_by_the_initiator) 
         [&](node& n, const std::function<void()>&) {
             const auto t = next_pod<target_info>(n);
             if (!t) return 40;
-            n.rdma->hold_shared_puts_for_target(10s);  // the target claims a chunk of each
+            n.rdma->hold_shared_transfers_for_target(10s);  // the target claims a chunk of each
             std::vector<std::byte> src(1u << 20);
             const auto v = put_and_check(n, *t, src, 2000, 0, src.size());
             if (!v) return 41;
@@ -305,7 +400,7 @@ TEST(shared_put_cma, a_chunk_the_target_fails_is_copied_again_by_the_initiator) 
             return send_pod(n, 1, check_request{0, 0, 0}) ? 43 : 0;
         },
         [&](node& n, const std::function<void()>&) {
-            n.rdma->fail_next_put_share_chunk();
+            n.rdma->fail_next_shared_chunk();
             return serve_target(n);
         });
     EXPECT_EQ(r.pe0, 0);

@@ -97,13 +97,14 @@ struct layer_config {
     std::optional<provider_kind> forced;
     /// RNDV_CHUNK: a rendezvous get is posted in pieces of at most this many bytes.
     std::size_t rndv_chunk = 4u << 20;
-    /// RNDV_SPLIT: from this size a same-host rendezvous, and a one-sided put over cma,
-    /// is copied by both PEs at once.
+    /// RNDV_SPLIT: from this size a same-host rendezvous, and a one-sided put or get over
+    /// cma, is copied by both PEs at once.
     std::size_t rndv_split = 256u << 10;
-    /// The chunks a shared put is cut into (put()), at least 2. Each PE keeps copying the
-    /// same part of a buffer put again and again only with 2: 3 ran at 0.7-1.0x the facade
-    /// at 1 MiB, 256 KiB chunks at 0.9-1.2x, halves at 1.2-1.5x (docs/perf.md, stop 27).
-    std::size_t put_share_pieces = 2;
+    /// The chunks a shared put or get is cut into (shared_put()), at least 2. Each PE keeps
+    /// copying the same part of a buffer put again and again only with 2: 3 ran at
+    /// 0.7-1.0x the facade at 1 MiB, 256 KiB chunks at 0.9-1.2x, halves at 1.2-1.5x
+    /// (docs/perf.md, stop 27).
+    std::size_t share_pieces = 2;
     /// RNDV_FETCHES: rendezvous fetched from one peer at once (the rest queue, in order).
     std::size_t rndv_fetches = 2;
     /// EAGER_PROTOCOL and friends: receivers open short channels to busy same-host senders.
@@ -241,23 +242,25 @@ public:
     bool inject_bad_eager_footer(std::uint32_t dest,
                                  footer_fault fault = footer_fault::unknown_sentinel);
 
-    /// True when a one-sided put of `size` bytes to `pe` over `p` (the provider that
-    /// reaches `pe`) is a shared put: from RNDV_SPLIT bytes over cma, with a ring to `pe`.
-    bool shares_put(const provider& p, std::uint32_t pe, std::size_t size) const noexcept;
-    /// A shared put of `local` into `pe`'s `remote` memory (when shares_put() said so): the
-    /// put is cut into put_share_pieces chunks (more above RNDV_CHUNK each) that both PEs
-    /// claim from the ring's shared-put block, so both cores copy; a target that is not in
-    /// its loop claims nothing and this PE copies it all. Completes when every byte is in
-    /// place.
+    /// True when a one-sided put or get of `size` bytes with `pe` over `p` (the provider
+    /// that reaches `pe`) is shared: from RNDV_SPLIT bytes over cma, with a ring to `pe`,
+    /// and no more PEs than cores (yield_while_spinning off).
+    bool shares_onesided(const provider& p, std::uint32_t pe, std::size_t size) const noexcept;
+    /// A shared put of `local` into `pe`'s `remote` memory, or get of it into `local` (when
+    /// shares_onesided() said so): cut into share_pieces chunks (more above RNDV_CHUNK
+    /// each) that both PEs claim from the ring's shared-put block, so both cores copy; a
+    /// target that is not in its loop claims nothing and this PE copies it all. Completes
+    /// when every byte is in place.
     task<op_result> shared_put(std::uint32_t pe, std::span<const std::byte> local,
                                remote_memory remote);
+    task<op_result> shared_get(std::uint32_t pe, std::span<std::byte> local, remote_memory remote);
 
-    /// Fault injection for tests: the next chunk this PE copies for a peer's shared put
-    /// fails, as a failed process_vm_readv would (the initiator then copies it all).
-    void fail_next_put_share_chunk() noexcept;
-    /// For tests: each shared put from this PE waits up to `limit` for the target's first
-    /// claim before it claims its own chunks (0, the default: it does not wait).
-    void hold_shared_puts_for_target(std::chrono::nanoseconds limit) noexcept;
+    /// Fault injection for tests: the next chunk this PE copies for a peer's shared put or
+    /// get fails, as a failed process_vm_readv would (the initiator then copies it all).
+    void fail_next_shared_chunk() noexcept;
+    /// For tests: each shared put or get from this PE waits up to `limit` for the target's
+    /// first claim before it claims its own chunks (0, the default: it does not wait).
+    void hold_shared_transfers_for_target(std::chrono::nanoseconds limit) noexcept;
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;
@@ -280,10 +283,11 @@ public:
         std::uint64_t split_copies = 0;  // rendezvous copied by both PEs at once
         std::uint64_t bytes_by_get = 0;
         std::uint64_t bytes_by_put = 0;
-        std::uint64_t shared_puts = 0;       // our puts that offered the target a share
-        std::uint64_t put_share_chunks = 0;  // chunks of a peer's put this PE copied for it
-        std::uint64_t put_share_bytes = 0;
-        std::uint64_t put_share_failures = 0;  // such chunks that failed (the initiator redid them)
+        std::uint64_t shared_puts = 0;  // our puts and gets that offered the target a share
+        std::uint64_t shared_gets = 0;
+        std::uint64_t shared_chunks = 0;  // chunks of a peer's put or get this PE copied for it
+        std::uint64_t shared_bytes = 0;
+        std::uint64_t shared_failures = 0;  // such chunks that failed (the initiator redid them)
     };
     const counters& stats() const noexcept { return _stats; }
 

@@ -31,20 +31,21 @@
 
 namespace coverse::rdma {
 
-/// A put that the ring's consumer helps copy (rdma/src/shared_put.cpp). The producer's PE
-/// writes a large buffer into the consumer's memory in chunks, and both PEs claim chunks
-/// from `claim`, so both cores copy. The producer opens a put by writing the fields below,
-/// then storing `claim` with release: the put's serial in bits 32..63 and the chunks nobody
-/// claimed yet, [front, back), in bits 0..15 (front, from 0) and 16..31 (back, from
-/// `chunks`). The producer claims by raising front, the consumer by lowering back, each
-/// by compare-and-swap, the consumer only while the serial still names the put it was told
-/// about (a stale notice claims nothing).
+/// A one-sided put or get that the ring's consumer helps copy (rdma/src/shared_put.cpp).
+/// The producer's PE writes a large buffer into the consumer's memory (put) or reads one
+/// from it (get) in chunks, and both PEs claim chunks from `claim`, so both cores copy. The
+/// producer opens a put by writing the fields below, then storing `claim` with release: the put's
+/// serial in bits 32..63 and the chunks nobody claimed yet, [front, back), in bits 0..15 (front,
+/// from 0) and 16..31 (back, from `chunks`). The producer claims by raising front, the consumer by
+/// lowering back, each by compare-and-swap, the consumer only while the serial still names the put
+/// it was told about (a stale notice claims nothing).
 struct shm_put_share {
     alignas(128) std::atomic<std::uint64_t> claim;
-    std::atomic<std::uint32_t> consumer_done;    // chunks the consumer finished, copied or not
-    std::atomic<std::uint32_t> consumer_failed;  // 1: a chunk the consumer claimed failed
-    std::atomic<std::uint64_t> source;           // the producer's bytes, in its address space
-    std::atomic<std::uint64_t> target;           // where they go, in the consumer's
+    std::atomic<std::uint32_t> consumer_done;     // chunks the consumer finished, copied or not
+    std::atomic<std::uint32_t> consumer_failed;   // 1: a chunk the consumer claimed failed
+    std::atomic<std::uint64_t> initiator_memory;  // the producer's buffer, in its address space
+    std::atomic<std::uint64_t> target_memory;     // the consumer's, in the consumer's
+    std::atomic<std::uint32_t> is_get;            // 1: a get (the bytes go to the producer)
     std::atomic<std::uint64_t> size;
     std::atomic<std::uint64_t> chunk;   // bytes per chunk; the last one may be shorter
     std::atomic<std::uint32_t> chunks;  // how many
