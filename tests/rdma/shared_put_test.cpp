@@ -83,8 +83,12 @@ op_result transfer_now(node& n, bool is_get, std::span<std::byte> local, remote_
     n.sched.spawn(
         [](layer& l, provider& p, std::uint32_t pe, bool is_get, std::span<std::byte> local,
            remote_memory remote, std::shared_ptr<std::optional<op_result>> out) -> task<void> {
-            *out = is_get ? co_await get_task(l, p, pe, local, remote)
-                          : co_await put_task(l, p, pe, local, remote);
+            // Two statements: `is_get ? co_await ... : co_await ...` frees an invalid pointer
+            // under GCC 12 (the same as api/src/coro_onesided.cpp says).
+            if (is_get)
+                *out = co_await get_task(l, p, pe, local, remote);
+            else
+                *out = co_await put_task(l, p, pe, local, remote);
         }(*n.rdma, *p, peer, is_get, local, remote, out),
         "test put");
     if (!n.wait_for([&] { return out->has_value(); }))
