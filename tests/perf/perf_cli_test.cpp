@@ -27,7 +27,8 @@ TEST(perf_cli, help_exits_0_and_names_every_test) {
         EXPECT_EQ(r.status, 0) << flag << "\n" << r.err;
         for (const char* test : {"pingpong", "bw", "rate", "bcast", "barrier"})
             EXPECT_NE(r.out.find(test), std::string::npos) << flag << " does not mention " << test;
-        for (const char* option : {"--tests", "--sizes", "--iters", "--quick", "--json", "--api"})
+        for (const char* option :
+             {"--tests", "--sizes", "--iters", "--quick", "--json", "--api", "--onesided"})
             EXPECT_NE(r.out.find(option), std::string::npos) << option;
     }
 }
@@ -37,7 +38,7 @@ TEST(perf_cli, bad_arguments_print_usage_on_stderr_and_exit_2) {
         {"--bogus"},      {"extra"},        {"--tests", "pingpong,nope"}, {"--sizes", "8,x"},
         {"--sizes", "0"}, {"--iters", "0"}, {"--iters", "ten"},           {"--window", "-1"},
         {"--window"},     {"--json=yes"},   {"--warmup", "-2"},           {"--api", "mpi"},
-        {"--api"},
+        {"--api"},        {"--onesided"},   {"--onesided", "both"},
     };
     for (const auto& args : bad) {
         std::vector<std::string> argv{perf};

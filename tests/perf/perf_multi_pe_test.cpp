@@ -102,6 +102,21 @@ TEST(perf_two_pes, api_coroutine_reports_both_apis_side_by_side) {
     }
 }
 
+// --onesided get: the coroutine API's 1 MiB bw goes by expose/get, and says so.
+TEST(perf_two_pes, onesided_get_moves_the_coroutine_bandwidth_by_get) {
+    const auto r = run({launcher, "-n", "2", perf, "--quick", "--json", "--api", "coroutine",
+                        "--tests", "bw", "--sizes", "1M", "--onesided", "get"});
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    std::size_t coro = 0;
+    for (const auto& o : json_lines(r))
+        if (text(o, "impl") == "coverse-coro") {
+            EXPECT_GT(number(o, "mbps"), 0);
+            ++coro;
+        }
+    EXPECT_EQ(coro, 1u) << r.out;
+    EXPECT_NE(r.err.find("(expose/get vs rendezvous)"), std::string::npos) << r.err;
+}
+
 TEST(perf_four_pes, bcast_and_barrier) {
     const auto r =
         run({launcher, "-n", "4", perf, "--quick", "--json", "--tests", "bcast,barrier"});

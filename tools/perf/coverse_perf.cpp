@@ -385,7 +385,9 @@ void side_by_side(test_kind t, std::size_t bytes) {
     else if (t == test_kind::bw)
         std::snprintf(text, sizeof text, "  coroutine/converse bw %zu B: bandwidth %.3fx (%s)%s",
                       c.bytes, median_of(ratios), range,
-                      c.bytes > 16384 ? " (expose/put vs rendezvous)" : "");
+                      c.bytes <= 16384    ? ""
+                      : opts.onesided_get ? " (expose/get vs rendezvous)"
+                                          : " (expose/put vs rendezvous)");
     else
         std::snprintf(text, sizeof text, "  coroutine/converse rate 8 B: rate %.3fx (%s)",
                       median_of(ratios), range);

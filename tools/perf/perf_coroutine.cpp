@@ -32,7 +32,8 @@ struct start_request {
     std::int32_t test;
     std::int32_t window;
     std::uint64_t bytes;
-    std::int64_t total;  // warm-up + measured iterations
+    std::int64_t total;   // warm-up + measured iterations
+    std::int32_t by_get;  // bw above put_above: PE 0 gets from PE 1 instead of putting
 };
 
 bool by_put(test_kind t, std::size_t bytes) {
@@ -50,11 +51,11 @@ task<void> serve(start_request req) {
             co_await m.send(0, co.pong->handler(), std::move(ball));
         }
     } else if (by_put(t, req.bytes)) {
-        std::vector<std::byte> target(req.bytes);
+        std::vector<std::byte> target(req.bytes, std::byte{0x5a});  // what a get reads
         exposed_region region = co_await m.expose(target);
         co_await m.send_value(0, co.region->handler(), region.descriptor());
         for (std::int64_t w = 0; w < req.total; ++w) {
-            (void)co_await co.note->next();  // PE 0's puts of this window are in `target`
+            (void)co_await co.note->next();  // PE 0's puts (gets) of this window are done
             co_await m.send_value(0, co.ack->handler(), std::int32_t{1});
         }
     } else {
@@ -94,13 +95,13 @@ task<void> drive(start_request req, long warmup, measured* out) {
         }
     } else if (by_put(t, req.bytes)) {
         const remote_region target = co_await co.region->next<remote_region>();
-        std::vector<std::byte> source(req.bytes, std::byte{0x5a});
+        std::vector<std::byte> source(req.bytes, std::byte{0x5a});  // a get's destination
         for (std::int64_t w = 0; w < req.total; ++w) {
             if (w == warmup) out->start = CmiWallTimer();
-            std::vector<task<void>> puts;
+            std::vector<task<void>> moves;
             for (std::int32_t i = 0; i < req.window; ++i)
-                puts.push_back(m.put(1, source, target));
-            co_await when_all(std::move(puts));
+                moves.push_back(req.by_get ? m.get(1, target, source) : m.put(1, source, target));
+            co_await when_all(std::move(moves));
             co_await m.send_value(1, co.note->handler(), std::int32_t{1});
             (void)co_await co.ack->next();
         }
@@ -135,8 +136,8 @@ void coroutine_register(const options& o) {
 
 result coroutine_run(test_kind t, std::size_t bytes, const options& o) {
     const run_plan plan = plan_for(t, bytes, o);
-    const start_request req{static_cast<std::int32_t>(t), o.window, bytes,
-                            plan.warmup + plan.iters};
+    const start_request req{static_cast<std::int32_t>(t), o.window, bytes, plan.warmup + plan.iters,
+                            o.onesided_get ? 1 : 0};
     const int size = static_cast<int>(CmiMsgHeaderSizeBytes + sizeof req);
     void* msg = CmiAlloc(size);
     CmiInitMsgHeader(msg, size);

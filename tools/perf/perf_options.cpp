@@ -166,6 +166,14 @@ std::optional<options> parse_options(int argc, char** argv, std::string& error) 
                 error = "--api: \"" + std::string(value) + "\" is not converse or coroutine";
                 return std::nullopt;
             }
+        } else if (arg == "--onesided") {
+            if (!take_value()) return std::nullopt;
+            if (value == "put" || value == "get") {
+                o.onesided_get = value == "get";
+            } else {
+                error = "--onesided: \"" + std::string(value) + "\" is not put or get";
+                return std::nullopt;
+            }
         } else if (arg == "--sizes") {
             if (!take_value()) return std::nullopt;
             o.sizes.clear();
@@ -227,6 +235,8 @@ std::string usage_text() {
            "                 through the coroutine API (coverse.hpp), in 6 rounds taking\n"
            "                 turns with the facade, with the ratio; bw above 16K goes by\n"
            "                 expose/put there\n"
+           "  --onesided O   put (default) or get: how --api coroutine's bw above 16K\n"
+           "                 moves its data (PE 0 puts into PE 1, or gets from it)\n"
            "  --quick        few iterations (for tests and CI; numbers are rough)\n"
            "  --json         one JSON object per line instead of a table\n"
            "  -h, --help     this text\n";

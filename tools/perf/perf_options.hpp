@@ -25,6 +25,7 @@ struct options {
     bool json = false;                  // --json: one JSON object per line
     bool help = false;                  // --help
     api_kind api = api_kind::converse;  // --api coroutine: pingpong, bw, rate through both
+    bool onesided_get = false;          // --onesided get: coroutine bw by get, not put
 };
 
 /// How many iterations (round trips, windows, broadcasts or barriers) a run takes.
