@@ -618,6 +618,7 @@ struct layer::impl {
     /// The notice of a shared put or get `serial` from `from` (its ring's block): help.
     void on_put_share(std::uint32_t from, std::uint32_t serial);
     static task<void> help_transfer(impl* self, std::uint32_t from, std::uint32_t serial);
+    void abandon_shared(std::uint32_t pe, std::uint32_t serial, std::uint32_t chunks) noexcept;
     bool fail_share_chunk = false;    // fail_next_shared_chunk()
     std::uint64_t share_hold_ns = 0;  // hold_shared_transfers_for_target()
 

@@ -143,8 +143,12 @@ task<op_result> layer::impl::shared_transfer(std::uint32_t pe, bool is_get,
                    chunks &&
                std::chrono::steady_clock::now() < until)
             co_await yield();
-        if (closed || peers[pe].lost || !peers[pe].out_ring)
-            co_return op_result{op_status::peer_lost, "PE " + std::to_string(pe) + " is gone"};
+        if (closed || peers[pe].lost || !peers[pe].out_ring) {
+            abandon_shared(pe, serial, chunks);
+            co_return op_result{closed ? op_status::failed : op_status::peer_lost,
+                                closed ? std::string("the rdma layer closed")
+                                       : "PE " + std::to_string(pe) + " is gone"};
+        }
     }
 
     // This PE claims from the front, the target from the back: each PE copies the same
@@ -190,10 +194,12 @@ task<op_result> layer::impl::shared_transfer(std::uint32_t pe, bool is_get,
     bool helper_failed = false;
     for (;;) {
         if (closed) {
+            abandon_shared(pe, serial, chunks);
             r = {op_status::failed, std::string("the rdma layer closed during a shared ") + what};
             break;
         }
         if (peers[pe].lost || !peers[pe].out_ring) {
+            abandon_shared(pe, serial, chunks);
             r = {op_status::peer_lost,
                  "PE " + std::to_string(pe) + " died during a shared " + std::string(what)};
             break;
@@ -216,6 +222,31 @@ task<op_result> layer::impl::shared_transfer(std::uint32_t pe, bool is_get,
         r = c.result;
     }
     co_return r;
+}
+
+// A transfer that ends early (the layer closing, the peer lost) returns only once the target
+// is done with `local`: it claims what is left, so the target takes no more, and spins for
+// the chunks the target took (one system call each, on the other core; a get's target
+// writes into `local`). A target stopped in the middle of one is given up on after a
+// second, and a ring already unmapped leaves nothing to ask.
+void layer::impl::abandon_shared(std::uint32_t pe, std::uint32_t serial,
+                                 std::uint32_t chunks) noexcept {
+    if (pe >= peers.size() || !peers[pe].out_ring) return;
+    shm_put_share& sh = peers[pe].out_ring->put_share();
+    std::uint64_t w = sh.claim.load(std::memory_order_acquire);
+    while (front_of(w) < back_of(w) &&
+           !sh.claim.compare_exchange_weak(w, claim_word(serial, back_of(w), back_of(w)),
+                                           std::memory_order_acq_rel, std::memory_order_acquire))
+        ;
+    const std::uint32_t taken = chunks - back_of(w);  // the target claims from the back
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (sh.consumer_done.load(std::memory_order_acquire) < taken &&
+           std::chrono::steady_clock::now() < until)
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#else
+        ;
+#endif
 }
 
 void layer::impl::on_put_share(std::uint32_t from, std::uint32_t serial) {

@@ -129,6 +129,8 @@ struct pair_options {
     bool same_host = true;
     /// PE 1's body may call gate() to wait until PE 0 has ended (the parent reaped it).
     bool gate_pe1_on_pe0_exit = false;
+    /// The schedulers' option for more PEs than cores.
+    bool yield_while_spinning = false;
 };
 
 /// How the two PEs ended: exit codes, or 128 + signal.
@@ -153,6 +155,7 @@ inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key
     alloc::set_config(alloc::alloc_config::from_environment());  // MEMORY_POOL of the variant
     scheduler_options so;
     so.spin = std::chrono::microseconds(50);
+    so.yield_while_spinning = opt.yield_while_spinning;
     node n(so);
     n.rank = rank;
     n.job_key = key;

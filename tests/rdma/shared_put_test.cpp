@@ -381,6 +381,33 @@ TEST(shared_put_cma, a_put_completes_while_the_target_is_outside_its_loop) {
     EXPECT_EQ(r.pe1, 0);
 }
 
+// With more PEs than cores (the schedulers' yield_while_spinning) nothing is shared: puts and
+// gets are one provider operation each, and land whole.
+TEST(shared_put_cma, nothing_is_shared_with_more_pes_than_cores) {
+    pair_options opt;
+    opt.cfg.forced = provider_kind::cma;
+    opt.yield_while_spinning = true;
+    const auto r = run_pair(
+        opt,
+        [&](node& n, const std::function<void()>&) {
+            const auto t = next_pod<target_info>(n);
+            if (!t) return 50;
+            provider* p = provider_to(*n.rdma, 1);
+            if (!p || n.rdma->shares_onesided(*p, 1, 1u << 20)) return 51;
+            std::vector<std::byte> buf(1u << 20);
+            const auto v = put_and_check(n, *t, buf, 3000, 0, buf.size());
+            if (!v || !v->ok) return 52;
+            const auto w = get_and_check(n, *t, buf, 3001, 0, buf.size());
+            if (!w || !w->ok) return 53;
+            const auto& st = n.rdma->stats();
+            if (st.shared_puts != 0 || st.shared_gets != 0 || w->helped != 0) return 54;
+            return send_pod(n, 1, check_request{0, 0, 0}) ? 55 : 0;
+        },
+        [&](node& n, const std::function<void()>&) { return serve_target(n); });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
 // The target fails the first chunk it takes (fault injection): the initiator sees it and
 // copies that put again itself, so the put still lands whole.
 TEST(shared_put_cma, a_chunk_the_target_fails_is_copied_again_by_the_initiator) {

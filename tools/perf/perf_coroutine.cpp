@@ -12,6 +12,7 @@
 #include <coverse/coverse.hpp>
 #include <coverse/runtime/when.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -32,8 +33,9 @@ struct start_request {
     std::int32_t test;
     std::int32_t window;
     std::uint64_t bytes;
-    std::int64_t total;   // warm-up + measured iterations
-    std::int32_t by_get;  // bw above put_above: PE 0 gets from PE 1 instead of putting
+    std::int64_t total;         // warm-up + measured iterations
+    std::int32_t by_get;        // bw above put_above: PE 0 gets from PE 1 instead of putting
+    std::int32_t reserved = 0;  // no uninitialised padding goes to PE 1
 };
 
 bool by_put(test_kind t, std::size_t bytes) {
@@ -95,7 +97,8 @@ task<void> drive(start_request req, long warmup, measured* out) {
         }
     } else if (by_put(t, req.bytes)) {
         const remote_region target = co_await co.region->next<remote_region>();
-        std::vector<std::byte> source(req.bytes, std::byte{0x5a});  // a get's destination
+        // A put's source; a get's destination, zeroed so that the check below can fail.
+        std::vector<std::byte> source(req.bytes, req.by_get ? std::byte{0} : std::byte{0x5a});
         for (std::int64_t w = 0; w < req.total; ++w) {
             if (w == warmup) out->start = CmiWallTimer();
             std::vector<task<void>> moves;
@@ -105,6 +108,11 @@ task<void> drive(start_request req, long warmup, measured* out) {
             co_await m.send_value(1, co.note->handler(), std::int32_t{1});
             (void)co_await co.ack->next();
         }
+        // Gets must have brought PE 1's bytes: a benchmark of transfers that moved nothing
+        // would be worthless.
+        if (req.by_get && std::any_of(source.begin(), source.end(),
+                                      [](std::byte b) { return b != std::byte{0x5a}; }))
+            CmiAbort("coverse-perf: the coroutine API's gets did not bring PE 1's bytes");
     } else {
         // One payload the caller keeps, like the facade's CmiAsyncSend of one buffer: each
         // send copies it, straight into the peer's ring when it fits (no message allocated).

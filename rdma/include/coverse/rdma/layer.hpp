@@ -244,7 +244,8 @@ public:
 
     /// True when a one-sided put or get of `size` bytes with `pe` over `p` (the provider
     /// that reaches `pe`) is shared: from RNDV_SPLIT bytes over cma, with a ring to `pe`,
-    /// and no more PEs than cores (yield_while_spinning off).
+    /// and yield_while_spinning off (set when the job has more PEs than the cores this PE
+    /// may run on).
     bool shares_onesided(const provider& p, std::uint32_t pe, std::size_t size) const noexcept;
     /// A shared put of `local` into `pe`'s `remote` memory, or get of it into `local` (when
     /// shares_onesided() said so): cut into share_pieces chunks (more above RNDV_CHUNK
@@ -283,8 +284,8 @@ public:
         std::uint64_t split_copies = 0;  // rendezvous copied by both PEs at once
         std::uint64_t bytes_by_get = 0;
         std::uint64_t bytes_by_put = 0;
-        std::uint64_t shared_puts = 0;  // our puts and gets that offered the target a share
-        std::uint64_t shared_gets = 0;
+        std::uint64_t shared_puts = 0;    // our puts that offered the target a share
+        std::uint64_t shared_gets = 0;    // our gets that did
         std::uint64_t shared_chunks = 0;  // chunks of a peer's put or get this PE copied for it
         std::uint64_t shared_bytes = 0;
         std::uint64_t shared_failures = 0;  // such chunks that failed (the initiator redid them)
