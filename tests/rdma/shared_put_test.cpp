@@ -1,8 +1,9 @@
-// Shared puts (rdma/src/shared_put.cpp) between two real processes: a put from RNDV_SPLIT
-// bytes over cma is copied by both PEs (the target claims chunks from the ring's shared-put
-// block) and lands whole at any size and alignment, alone or several at once; a target that
-// is not running its loop does not hold the put up; a chunk the target fails to copy is
-// copied again by the initiator. Over tcp a put stays one provider put. Where a check needs
+// Shared puts and gets (rdma/src/shared_put.cpp) between two real processes: a put or get
+// from RNDV_SPLIT bytes over cma is copied by both PEs (the target claims chunks from the
+// ring's shared-put block) and lands whole at any size and alignment, alone or several at
+// once; a target that is not running its loop does not hold it up; a chunk the target fails
+// to copy is copied again by the initiator; with more PEs than cores nothing is shared.
+// Over tcp a put or get stays one provider operation. Where a check needs
 // the target to take part, the initiator waits for its first claim
 // (layer::hold_shared_transfers_for_target), so no check depends on the machine's timing.
 #include <gtest/gtest.h>
@@ -282,6 +283,32 @@ TEST_P(shared_put, gets_land_whole_and_over_cma_the_target_copies_part) {
                 if (!v) return 11;
                 if (!v->ok) return 12;
             }
+            // Three 1 MiB + 1 gets at once into three buffers: they take turns on the block.
+            {
+                constexpr std::size_t each = (1u << 20) + 1;
+                for (std::size_t k = 0; k < 3; ++k) {
+                    if (send_pod(n, 1, check_request{300 + k, k * each, each, op_fill})) return 22;
+                    if (!next_pod<check_reply>(n)) return 23;
+                }
+                std::vector<std::vector<std::byte>> bufs(3, std::vector<std::byte>(each));
+                std::vector<std::optional<op_result>> results(3);
+                for (std::size_t k = 0; k < 3; ++k)
+                    n.sched.spawn(
+                        [](layer& l, provider& p, std::span<std::byte> local, remote_memory rm,
+                           std::optional<op_result>* out)
+                            -> task<void> { *out = co_await get_task(l, p, 1, local, rm); }(
+                                *n.rdma, *provider_to(*n.rdma, 1), bufs[k],
+                                remote_memory{t->address + k * each, t->key, each}, &results[k]),
+                        "test get");
+                if (!n.wait_for([&] {
+                        for (auto& x : results)
+                            if (!x) return false;
+                        return true;
+                    }))
+                    return 24;
+                for (std::size_t k = 0; k < 3; ++k)
+                    if (!results[k]->ok() || !check(bufs[k].data(), each, 300 + k)) return 25;
+            }
             n.rdma->hold_shared_transfers_for_target(10s);
             std::uint64_t helped_before = 0, helped = 0;
             for (int k = 0; k < 8; ++k) {
@@ -320,10 +347,10 @@ INSTANTIATE_TEST_SUITE_P(providers, shared_put,
                              return std::string(to_string(i.param));
                          });
 
-// PE 1 stops running its loop (blocked on a pipe) before PE 0 puts: the put completes all
-// the same (PE 0 copies every chunk) and lands whole; then, PE 1 in its loop again, the
-// next put is shared as usual.
-TEST(shared_put_cma, a_put_completes_while_the_target_is_outside_its_loop) {
+// PE 1 stops running its loop (blocked on a pipe) before PE 0 puts: the put, and a get
+// after it, complete all the same (PE 0 copies every chunk) and move the right bytes; then,
+// PE 1 in its loop again, the next put is shared as usual.
+TEST(shared_put_cma, a_put_and_a_get_complete_while_the_target_is_outside_its_loop) {
     int go[2], up[2];
     ASSERT_EQ(::pipe(go), 0);
     ASSERT_EQ(::pipe(up), 0);
@@ -352,6 +379,12 @@ TEST(shared_put_cma, a_put_completes_while_the_target_is_outside_its_loop) {
                 transfer_now(n, false, src, remote_memory{t->address, t->key, src.size()});
             if (!put.ok()) return 32;
             if (n.rdma->stats().shared_puts != 1) return 33;
+            // A get while PE 1 is still blocked: it brings back what the put wrote.
+            std::vector<std::byte> back(src.size());
+            const op_result get =
+                transfer_now(n, true, back, remote_memory{t->address, t->key, back.size()});
+            if (!get.ok() || !check(back.data(), back.size(), 7)) return 39;
+            if (n.rdma->stats().shared_gets != 1) return 40;
             [[maybe_unused]] auto w = ::write(go[1], "g", 1);
             guard.fd = -1;
             if (send_pod(n, 1, check_request{7, 0, src.size()})) return 34;
