@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -95,6 +96,14 @@ op_result transfer_now(node& n, bool is_get, std::span<std::byte> local, remote_
     if (!n.wait_for([&] { return out->has_value(); }))
         return {op_status::failed, "never completed"};
     return **out;
+}
+
+// Runs the loop until every transfer in `results` has completed; false if some never did.
+bool all_done(node& n, const std::vector<std::optional<op_result>>& results) {
+    return n.wait_for([&] {
+        return std::all_of(results.begin(), results.end(),
+                           [](const auto& x) { return x.has_value(); });
+    });
 }
 
 // The target: exposes its region, then answers each check until the end; returns 0 or a code.
@@ -220,12 +229,7 @@ TEST_P(shared_put, puts_land_whole_and_over_cma_the_target_copies_part) {
                         &results[k]),
                     "test put");
             }
-            if (!n.wait_for([&] {
-                    for (auto& x : results)
-                        if (!x) return false;
-                    return true;
-                }))
-                return 13;
+            if (!all_done(n, results)) return 13;
             for (std::size_t k = 0; k < 3; ++k) {
                 if (!results[k]->ok()) return 14;
                 if (send_pod(n, 1, check_request{100 + k, k * ((1u << 20) + 1), bufs[k].size()}))
@@ -300,12 +304,7 @@ TEST_P(shared_put, gets_land_whole_and_over_cma_the_target_copies_part) {
                                 *n.rdma, *provider_to(*n.rdma, 1), bufs[k],
                                 remote_memory{t->address + k * each, t->key, each}, &results[k]),
                         "test get");
-                if (!n.wait_for([&] {
-                        for (auto& x : results)
-                            if (!x) return false;
-                        return true;
-                    }))
-                    return 24;
+                if (!all_done(n, results)) return 24;
                 for (std::size_t k = 0; k < 3; ++k)
                     if (!results[k]->ok() || !check(bufs[k].data(), each, 300 + k)) return 25;
             }
