@@ -75,13 +75,9 @@ task<op_result> get_task(layer& l, provider& p, std::uint32_t pe, std::span<std:
     co_return co_await rdma::get(p, pe, local, remote);
 }
 
-// Runs put_task (get_task) on the node's loop until it completes.
-op_result transfer_now(node& n, bool is_get, std::span<std::byte> local, remote_memory remote) {
-    const std::uint32_t peer = 1 - n.rank;
-    provider* p = provider_to(*n.rdma, peer);
-    if (!p) return {op_status::failed, "no provider reaches the peer"};
-    // Shared with the task: a put that outlives the wait (a failure) writes nothing freed.
-    auto out = std::make_shared<std::optional<op_result>>();
+// Starts put_task (get_task) with the peer on the node's loop; `out` holds its result.
+void spawn_transfer(node& n, provider& p, bool is_get, std::span<std::byte> local,
+                    remote_memory remote, std::shared_ptr<std::optional<op_result>> out) {
     n.sched.spawn(
         [](layer& l, provider& p, std::uint32_t pe, bool is_get, std::span<std::byte> local,
            remote_memory remote, std::shared_ptr<std::optional<op_result>> out) -> task<void> {
@@ -91,19 +87,42 @@ op_result transfer_now(node& n, bool is_get, std::span<std::byte> local, remote_
                 *out = co_await get_task(l, p, pe, local, remote);
             else
                 *out = co_await put_task(l, p, pe, local, remote);
-        }(*n.rdma, *p, peer, is_get, local, remote, out),
-        "test put");
+        }(*n.rdma, p, 1 - n.rank, is_get, local, remote, std::move(out)),
+        is_get ? "test get" : "test put");
+}
+
+// Runs one transfer on the node's loop until it completes.
+op_result transfer_now(node& n, bool is_get, std::span<std::byte> local, remote_memory remote) {
+    provider* p = provider_to(*n.rdma, 1 - n.rank);
+    if (!p) return {op_status::failed, "no provider reaches the peer"};
+    // Shared with the task: a transfer that outlives the wait (a failure) writes nothing freed.
+    auto out = std::make_shared<std::optional<op_result>>();
+    spawn_transfer(n, *p, is_get, local, remote, out);
     if (!n.wait_for([&] { return out->has_value(); }))
         return {op_status::failed, "never completed"};
     return **out;
 }
 
-// Runs the loop until every transfer in `results` has completed; false if some never did.
-bool all_done(node& n, const std::vector<std::optional<op_result>>& results) {
-    return n.wait_for([&] {
-        return std::all_of(results.begin(), results.end(),
-                           [](const auto& x) { return x.has_value(); });
-    });
+// Three transfers of 1 MiB + 1 at once, buffer k at k * (1 MiB + 1) of the target's
+// region: they take turns on the block. 0, or 1 (one never completed) or 2 (one failed).
+constexpr std::size_t each_of_three = (1u << 20) + 1;
+int three_at_once(node& n, const target_info& t, bool is_get,
+                  std::vector<std::vector<std::byte>>& bufs) {
+    std::vector<std::shared_ptr<std::optional<op_result>>> results;
+    for (std::size_t k = 0; k < 3; ++k) {
+        results.push_back(std::make_shared<std::optional<op_result>>());
+        spawn_transfer(n, *provider_to(*n.rdma, 1), is_get, bufs[k],
+                       remote_memory{t.address + k * each_of_three, t.key, each_of_three},
+                       results.back());
+    }
+    if (!n.wait_for([&] {
+            return std::all_of(results.begin(), results.end(),
+                               [](const auto& x) { return x->has_value(); });
+        }))
+        return 1;
+    for (const auto& x : results)
+        if (!(*x)->ok()) return 2;
+    return 0;
 }
 
 // The target: exposes its region, then answers each check until the end; returns 0 or a code.
@@ -182,6 +201,48 @@ std::optional<check_reply> get_and_check(node& n, const target_info& t, std::vec
     return v;
 }
 
+std::optional<check_reply> transfer_and_check(node& n, const target_info& t, bool is_get,
+                                              std::vector<std::byte>& buf, std::uint64_t seed,
+                                              std::uint64_t offset, std::uint64_t size) {
+    return is_get ? get_and_check(n, t, buf, seed, offset, size)
+                  : put_and_check(n, t, buf, seed, offset, size);
+}
+
+// Sizes around RNDV_SPLIT and odd sizes at odd offsets, each checked: 0, 11 (no verdict)
+// or 12 (wrong bytes).
+int sizes_land_whole(node& n, const target_info& t, bool is_get, std::size_t split,
+                     std::vector<std::byte>& buf) {
+    struct one {
+        std::uint64_t offset, size;
+    };
+    const one cases[] = {{0, split - 1},         {0, split},
+                         {1, (1u << 20) + 3},    {4095, 2 * split + 1},
+                         {1, (4u << 20) + 4097}, {8192, 8u << 20}};
+    std::uint64_t seed = 1;
+    for (const one& c : cases) {
+        const auto v = transfer_and_check(n, t, is_get, buf, seed++, c.offset, c.size);
+        if (!v) return 11;
+        if (!v->ok) return 12;
+    }
+    return 0;
+}
+
+// Eight 1 MiB transfers, each waiting for the target's first claim (a test hook: whether a
+// target that polls gets there before the initiator is done is up to the machine's load).
+// The chunks the target copied over the last 7, or nullopt when one failed.
+std::optional<std::uint64_t> chunks_the_target_copied(node& n, const target_info& t, bool is_get,
+                                                      std::vector<std::byte>& buf) {
+    n.rdma->hold_shared_transfers_for_target(10s);
+    std::uint64_t helped_before = 0, helped = 0;
+    for (int k = 0; k < 8; ++k) {
+        const auto v = transfer_and_check(n, t, is_get, buf, 1000 + k, 0, 1u << 20);
+        if (!v || !v->ok) return std::nullopt;
+        if (k == 0) helped_before = v->helped;
+        helped = v->helped;
+    }
+    return helped - helped_before;
+}
+
 class shared_put : public testing::TestWithParam<provider_kind> {
 protected:
     void SetUp() override {
@@ -191,8 +252,8 @@ protected:
     pair_options _opt;
 };
 
-// Sizes around RNDV_SPLIT, odd sizes at odd offsets, three puts at once; then 1 MiB puts
-// until the target has copied a chunk of one (a check that fails if it never helps).
+// Sizes around RNDV_SPLIT, odd sizes at odd offsets, three puts at once; then 1 MiB puts,
+// of which over cma the target copies a chunk of each (over tcp nothing is shared).
 TEST_P(shared_put, puts_land_whole_and_over_cma_the_target_copies_part) {
     const bool cma = GetParam() == provider_kind::cma;
     const std::size_t split = _opt.cfg.rndv_split;
@@ -202,59 +263,25 @@ TEST_P(shared_put, puts_land_whole_and_over_cma_the_target_copies_part) {
             const auto t = next_pod<target_info>(n);
             if (!t) return 10;
             std::vector<std::byte> src(region_bytes);
-            struct one {
-                std::uint64_t offset, size;
-            };
-            const one cases[] = {{0, split - 1},         {0, split},
-                                 {1, (1u << 20) + 3},    {4095, 2 * split + 1},
-                                 {1, (4u << 20) + 4097}, {8192, 8u << 20}};
-            std::uint64_t seed = 1;
-            for (const one& c : cases) {
-                const auto v = put_and_check(n, *t, src, seed++, c.offset, c.size);
-                if (!v) return 11;
-                if (!v->ok) return 12;
-            }
-            // Three 1 MiB + 1 puts at once from three buffers: they take turns on the block.
-            std::vector<std::vector<std::byte>> bufs(3, std::vector<std::byte>((1u << 20) + 1));
-            std::vector<std::optional<op_result>> results(3);
+            if (const int rc = sizes_land_whole(n, *t, false, split, src)) return rc;
+            std::vector<std::vector<std::byte>> bufs(3, std::vector<std::byte>(each_of_three));
+            for (std::size_t k = 0; k < 3; ++k)
+                fill(bufs[k].data(), each_of_three, 100 + k);
+            if (const int rc = three_at_once(n, *t, false, bufs)) return 12 + rc;  // 13, 14
             for (std::size_t k = 0; k < 3; ++k) {
-                fill(bufs[k].data(), bufs[k].size(), 100 + k);
-                n.sched.spawn(
-                    [](layer& l, provider& p, std::span<const std::byte> local, remote_memory rm,
-                       std::optional<op_result>* out)
-                        -> task<void> {
-                        *out = co_await put_task(l, p, 1, local, rm);
-                    }(*n.rdma, *provider_to(*n.rdma, 1), bufs[k],
-                        remote_memory{t->address + k * ((1u << 20) + 1), t->key, bufs[k].size()},
-                        &results[k]),
-                    "test put");
-            }
-            if (!all_done(n, results)) return 13;
-            for (std::size_t k = 0; k < 3; ++k) {
-                if (!results[k]->ok()) return 14;
-                if (send_pod(n, 1, check_request{100 + k, k * ((1u << 20) + 1), bufs[k].size()}))
+                if (send_pod(n, 1, check_request{100 + k, k * each_of_three, each_of_three}))
                     return 15;
                 const auto v = next_pod<check_reply>(n);
                 if (!v || !v->ok) return 16;
             }
-            // Each put now waits for the target's first claim (a test hook: whether a
-            // target that polls gets there before the initiator is done is up to the
-            // machine's load): over cma it copies at least one chunk of each.
-            n.rdma->hold_shared_transfers_for_target(10s);
-            std::uint64_t helped_before = 0, helped = 0;
-            for (int k = 0; k < 8; ++k) {
-                const auto v = put_and_check(n, *t, src, 1000 + k, 0, 1u << 20);
-                if (!v || !v->ok) return 17;
-                if (k == 0) helped_before = v->helped;
-                helped = v->helped;
-            }
-            helped -= helped_before;  // over the last 7 puts
+            const auto helped = chunks_the_target_copied(n, *t, false, src);
+            if (!helped) return 17;
             const std::uint64_t shared = n.rdma->stats().shared_puts;
             if (send_pod(n, 1, check_request{0, 0, 0})) return 18;
             if (cma) {
                 if (shared == 0) return 19;
-                if (helped < 7) return 20;  // the target took no chunk of some put
-            } else if (shared != 0 || helped != 0) {
+                if (*helped < 7) return 20;  // the target took no chunk of some put
+            } else if (shared != 0 || *helped != 0) {
                 return 21;  // over tcp a put is one provider put
             }
             return 0;
@@ -275,48 +302,19 @@ TEST_P(shared_put, gets_land_whole_and_over_cma_the_target_copies_part) {
             const auto t = next_pod<target_info>(n);
             if (!t) return 10;
             std::vector<std::byte> dst(region_bytes);
-            struct one {
-                std::uint64_t offset, size;
-            };
-            const one cases[] = {{0, split - 1},         {0, split},
-                                 {1, (1u << 20) + 3},    {4095, 2 * split + 1},
-                                 {1, (4u << 20) + 4097}, {8192, 8u << 20}};
-            std::uint64_t seed = 1;
-            for (const one& c : cases) {
-                const auto v = get_and_check(n, *t, dst, seed++, c.offset, c.size);
-                if (!v) return 11;
-                if (!v->ok) return 12;
+            if (const int rc = sizes_land_whole(n, *t, true, split, dst)) return rc;
+            for (std::size_t k = 0; k < 3; ++k) {
+                if (send_pod(n, 1,
+                             check_request{300 + k, k * each_of_three, each_of_three, op_fill}))
+                    return 22;
+                if (!next_pod<check_reply>(n)) return 23;
             }
-            // Three 1 MiB + 1 gets at once into three buffers: they take turns on the block.
-            {
-                constexpr std::size_t each = (1u << 20) + 1;
-                for (std::size_t k = 0; k < 3; ++k) {
-                    if (send_pod(n, 1, check_request{300 + k, k * each, each, op_fill})) return 22;
-                    if (!next_pod<check_reply>(n)) return 23;
-                }
-                std::vector<std::vector<std::byte>> bufs(3, std::vector<std::byte>(each));
-                std::vector<std::optional<op_result>> results(3);
-                for (std::size_t k = 0; k < 3; ++k)
-                    n.sched.spawn(
-                        [](layer& l, provider& p, std::span<std::byte> local, remote_memory rm,
-                           std::optional<op_result>* out)
-                            -> task<void> { *out = co_await get_task(l, p, 1, local, rm); }(
-                                *n.rdma, *provider_to(*n.rdma, 1), bufs[k],
-                                remote_memory{t->address + k * each, t->key, each}, &results[k]),
-                        "test get");
-                if (!all_done(n, results)) return 24;
-                for (std::size_t k = 0; k < 3; ++k)
-                    if (!results[k]->ok() || !check(bufs[k].data(), each, 300 + k)) return 25;
-            }
-            n.rdma->hold_shared_transfers_for_target(10s);
-            std::uint64_t helped_before = 0, helped = 0;
-            for (int k = 0; k < 8; ++k) {
-                const auto v = get_and_check(n, *t, dst, 1000 + k, 0, 1u << 20);
-                if (!v || !v->ok) return 13;
-                if (k == 0) helped_before = v->helped;
-                helped = v->helped;
-            }
-            helped -= helped_before;
+            std::vector<std::vector<std::byte>> bufs(3, std::vector<std::byte>(each_of_three));
+            if (const int rc = three_at_once(n, *t, true, bufs)) return 23 + rc;  // 24, 25
+            for (std::size_t k = 0; k < 3; ++k)
+                if (!check(bufs[k].data(), each_of_three, 300 + k)) return 25;
+            const auto helped = chunks_the_target_copied(n, *t, true, dst);
+            if (!helped) return 13;
             // A chunk the target fails to write: PE 0 gets the whole of it again.
             if (cma) {
                 if (send_pod(n, 1, check_request{0, 0, 1, op_fail_next})) return 14;
@@ -329,8 +327,8 @@ TEST_P(shared_put, gets_land_whole_and_over_cma_the_target_copies_part) {
             if (send_pod(n, 1, check_request{0, 0, 0})) return 18;
             if (cma) {
                 if (shared == 0) return 19;
-                if (helped < 7) return 20;
-            } else if (shared != 0 || helped != 0) {
+                if (*helped < 7) return 20;
+            } else if (shared != 0 || *helped != 0) {
                 return 21;
             }
             return 0;
