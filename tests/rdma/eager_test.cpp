@@ -411,6 +411,43 @@ TEST_P(eager, immediate_sends_keep_order_with_ring_slots_and_rendezvous_and_refu
     EXPECT_EQ(r.pe1, 0);
 }
 
+// Sends one message of `size` bytes with seed `seed` and waits for its completion.
+int send_one(node& n, std::uint32_t to, std::size_t size, std::size_t seed) {
+    void* m = alloc::msg_alloc(size);
+    if (!m) return 10;
+    fill(m, size, seed);
+    recorded_send done;
+    n.rdma->send(to, static_cast<const std::byte*>(m), static_cast<std::uint32_t>(size), false, 0,
+                 &done);
+    const bool sent = n.wait_for([&] { return done.calls > 0; });
+    alloc::msg_free(m);
+    return !sent ? 11 : done.result != 0 ? 12 : 0;
+}
+
+// A receiver that took what it expected tells sender `to` so in two notes, after which the
+// ring from the sender is read to its end: the first note makes the sender open a channel
+// for our messages (threshold 1), whose opening it writes into its ring to us; once we have
+// mapped it (so read that ring to its end) the second says the sender may go. With one
+// note, a burst the sender starts then finds that opening still unread and stays on the
+// ring. 0, or 10/11 (a note not sent), 12 (no channel to the sender).
+int say_caught_up(node& n, std::uint32_t to) {
+    for (std::size_t k = 0; k < 2; ++k) {
+        if (const int rc = send_one(n, to, 8, k)) return rc;
+        if (k == 0 && !n.wait_for([&] { return n.rdma->eager_stats().writing > 0; })) return 12;
+    }
+    return 0;
+}
+
+// The sender's side of say_caught_up: true once both notes came (they are freed).
+bool heard_caught_up(node& n) {
+    if (!n.wait_messages(2)) return false;
+    for (int k = 0; k < 2; ++k) {
+        alloc::msg_free(n.inbox.front().msg);
+        n.inbox.pop_front();
+    }
+    return true;
+}
+
 // A burst's first message takes the short channel of an idle receiver; the next may take
 // the ring only once the receiver took what the channel holds (order). It used to fall
 // back to the full path then, and with it every later message of the burst (queued behind
@@ -435,11 +472,7 @@ TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order)
                 return 30;  // the receiver never opened a channel to us
             // The receiver took every paced message (its note says so): the burst's first
             // message finds the ring caught up and the channel drained, so it takes a slot.
-            if (!n.wait_messages(2)) return 33;
-            for (int k = 0; k < 2; ++k) {
-                alloc::msg_free(n.inbox.front().msg);
-                n.inbox.pop_front();
-            }
+            if (!heard_caught_up(n)) return 33;
             std::vector<void*> bufs;
             std::deque<recorded_send> later;  // stable addresses while in flight
             for (std::size_t k = paced; k < sizes.size(); ++k) {
@@ -476,20 +509,7 @@ TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order)
         [&](node& n, const std::function<void()>&) {
             const std::size_t paced = sizes.size() - burst;
             if (const int rc = receive_checked(n, sizes, 1, 0, paced)) return rc;
-            // Two notes: the first makes the sender open a channel for our messages (threshold
-            // 1), whose opening it writes into its ring to us; once we have mapped it (so read
-            // that ring to its end) the second says the sender may go.
-            for (int k = 0; k < 2; ++k) {
-                void* note = alloc::msg_alloc(8);
-                if (!note) return 10;
-                fill(note, 8, 0);
-                recorded_send sent;
-                n.rdma->send(0, static_cast<const std::byte*>(note), 8, false, 0, &sent);
-                if (!n.wait_for([&] { return sent.calls > 0; })) return 11;
-                alloc::msg_free(note);
-                if (k == 0 && !n.wait_for([&] { return n.rdma->eager_stats().writing > 0; }))
-                    return 12;
-            }
+            if (const int rc = say_caught_up(n, 0)) return rc;
             // Not polling for a while: the burst's first message waits in its slot, and the
             // second at the gate.
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -515,7 +535,10 @@ TEST_P(eager, a_busy_receiver_takes_slot_and_stream_messages_in_send_order) {
                     n, 1, std::vector<std::size_t>(sizes.begin(), sizes.begin() + paced)))
                 return rc;
             if (!n.wait_for([&] { return n.rdma->eager_stats().writing > 0; })) return 13;
-            // The receiver sleeps now (it took the paced ones): everything below waits for it.
+            // The receiver took the paced ones (its notes say so; before them, a slow receiver
+            // left the ring behind and the whole burst stayed on it) and sleeps now:
+            // everything below waits for it.
+            if (!heard_caught_up(n)) return 14;
             std::vector<recorded_send> done(sizes.size() - paced);
             std::vector<void*> bufs;
             for (std::size_t k = paced; k < sizes.size(); ++k) {
@@ -533,25 +556,13 @@ TEST_P(eager, a_busy_receiver_takes_slot_and_stream_messages_in_send_order) {
         },
         [&](node& n, const std::function<void()>&) {
             if (const int rc = receive_checked(n, sizes, 1, 0, paced)) return rc;
+            if (const int rc = say_caught_up(n, 0)) return rc;
             std::this_thread::sleep_for(std::chrono::milliseconds(200));
             if (const int rc = receive_checked(n, sizes, 1, paced)) return rc;
             return slots_carried_some(n, GetParam().put());
         });
-    EXPECT_EQ(r.pe0, 0) << "13: no channel for the paced messages";
+    EXPECT_EQ(r.pe0, 0) << "13: no channel for the paced messages, 14: no note from the receiver";
     EXPECT_EQ(r.pe1, 0);
-}
-
-// Sends one message of `size` bytes with seed `seed` and waits for its completion.
-int send_one(node& n, std::uint32_t to, std::size_t size, std::size_t seed) {
-    void* m = alloc::msg_alloc(size);
-    if (!m) return 10;
-    fill(m, size, seed);
-    recorded_send done;
-    n.rdma->send(to, static_cast<const std::byte*>(m), static_cast<std::uint32_t>(size), false, 0,
-                 &done);
-    const bool sent = n.wait_for([&] { return done.calls > 0; });
-    alloc::msg_free(m);
-    return !sent ? 11 : done.result != 0 ? 12 : 0;
 }
 
 // A short channel that takes no message for 10 intervals retires (the receiver says close,
