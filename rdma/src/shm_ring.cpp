@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -61,7 +62,8 @@ shm_ring::shm_ring(shm_ring&& o) noexcept
       _pending_advance(o._pending_advance),
       _linked(std::exchange(o._linked, false)),
       _corrupt(o._corrupt),
-      _light_wake(o._light_wake) {}
+      _light_wake(o._light_wake),
+      _line_data(std::move(o._line_data)) {}
 
 shm_ring& shm_ring::operator=(shm_ring&& o) noexcept {
     if (this != &o) {
@@ -146,6 +148,32 @@ void shm_ring::unlink() noexcept {
     _linked = false;
 }
 
+void shm_ring::start_line_data() noexcept {
+    // What the line starts of the data hold before our first record: zeroed memory in a
+    // ring nobody wrote yet, else unknown (each is zeroed before use, as if data).
+    const std::size_t words = static_cast<std::size_t>(_cap / line / 64);
+    _line_data.reset(new (std::nothrow) std::uint64_t[words]);
+    if (!_line_data) return;  // then every line start is zeroed before use
+    const bool fresh = _h->tail.load(std::memory_order_relaxed) == 0;
+    std::fill_n(_line_data.get(), words, fresh ? std::uint64_t{0} : ~std::uint64_t{0});
+}
+
+// Inline in try_write: for a small record, a bit cleared or nothing.
+inline void shm_ring::note_line_starts(std::uint64_t skip_off, std::uint64_t off,
+                                       std::uint64_t rec) noexcept {
+    if (!_line_data) [[unlikely]] {
+        start_line_data();
+        if (!_line_data) return;
+    }
+    // A skip's mark and the record's mark sit at record starts; the line starts strictly
+    // inside the record hold its header or message.
+    if (skip_off != ~std::uint64_t{0} && (skip_off & (line - 1)) == 0) [[unlikely]]
+        set_line_start_data(skip_off, false);
+    if ((off & (line - 1)) == 0) set_line_start_data(off, false);
+    for (std::uint64_t at = (off | (line - 1)) + 1; at < off + rec; at += line)
+        set_line_start_data(at, true);
+}
+
 bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
                          std::uint32_t tag) noexcept {
     const std::uint64_t cap = _cap;
@@ -198,14 +226,24 @@ bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, 
         if (!chunk.empty()) std::memcpy(data() + off + record_header, chunk.data(), chunk.size());
         code = detail::shm_code_full;
     }
-    // The next record's mark, when that space is free: zeroed now (ordered before this
-    // record's mark), so the consumer reaching it reads "not yet", never stale bytes of an
-    // earlier lap. When it is not free, the position in the mark alone tells them apart.
+    // The next record's mark, when that space is free, must read "not yet" to a consumer
+    // that reaches it before the record: never stale bytes of an earlier lap that happen to
+    // look like its mark. Inside this record's last line (a mid-line position) it is zeroed
+    // now, ordered before this record's mark; the line is ours already. A position that
+    // starts a line is zeroed only when that line's first word last held something other
+    // than a mark (a record ran across it): a stale mark names another lap's position and
+    // never reads as published, and writing the line early pulled it from the consumer
+    // polling it, one cross-core transfer more per line (8 B rate +20-25 % far apart,
+    // docs/perf.md stop 28). When the space is not free, it holds the mark of the
+    // consumer's oldest record.
     const std::uint64_t next = tail + rec;
-    if (next + sizeof(std::uint64_t) - _seen_head <= cap) {
-        std::atomic_ref<std::uint64_t>(
-            *reinterpret_cast<std::uint64_t*>(data() + (next & (cap - 1))))
+    note_line_starts(skip_at, off, rec);
+    const std::uint64_t next_off = next & (cap - 1);
+    if (next + sizeof(std::uint64_t) - _seen_head <= cap &&
+        ((next_off & (line - 1)) != 0 || line_start_may_hold_data(next_off))) {
+        std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(data() + next_off))
             .store(0, std::memory_order_relaxed);
+        if ((next_off & (line - 1)) == 0) set_line_start_data(next_off, false);
     }
     publish(off, tail, code);
     if (skip_at != ~std::uint64_t{0}) publish(skip_at, skip_position, detail::shm_code_skip);

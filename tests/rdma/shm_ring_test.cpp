@@ -439,6 +439,47 @@ TEST(shm_ring, two_compact_records_of_a_24_byte_message_share_a_cache_line) {
     }
 }
 
+// The producer leaves the word at a line start alone when its last content was a mark (a
+// stale mark names another lap and never reads as a record), and zeroes it before use when a
+// record ran across it. Here a message of the first lap holds, at a line start, the very mark
+// the consumer will look for there one lap later: once the consumer has taken the records
+// that end at that line start, it must see nothing there until the producer writes one.
+TEST(shm_ring, a_line_start_that_held_a_message_never_reads_as_a_record_a_lap_later) {
+    for (const bool compact : {true, false}) {
+        shm_name n;
+        auto consumer = shm_ring::create(n.name, min_capacity);
+        auto producer = shm_ring::open(n.name);
+        constexpr std::uint64_t line_start = 128;
+        const std::uint64_t fake = detail::shm_mark(min_capacity + line_start, 8);
+        const auto write_consume = [&](std::span<const std::byte> b, bool as_message) {
+            const auto flags = as_message ? shm_flags::message : shm_flags::first;
+            ASSERT_TRUE(producer.try_write(b, static_cast<std::uint32_t>(b.size()), flags, 0));
+            auto r = consumer.peek();
+            ASSERT_TRUE(r.has_value());
+            ASSERT_EQ(r->chunk.size(), b.size());
+            ASSERT_TRUE(std::equal(b.begin(), b.end(), r->chunk.begin()));
+            consumer.consume();
+        };
+        const std::vector<std::byte> small(8, std::byte{0x11});  // a 16-byte compact record
+        // Records up to 16 bytes before the line start, then one across it whose bytes at the
+        // line start are `fake`: a compact record's message starts 8 bytes after its mark, a
+        // full record's chunk 32 bytes after (there the line start is in the chunk's middle).
+        const std::uint64_t start = compact ? line_start - 16 : line_start - 48;
+        for (std::uint64_t at = 0; at < start; at += 16)
+            write_consume(small, true);
+        std::vector<std::byte> across(compact ? 24 : 40, std::byte{0x22});
+        std::memcpy(across.data() + (compact ? 8 : 16), &fake, sizeof fake);
+        write_consume(across, compact);
+        // Small records to the end of the lap, then to the line start in the next lap.
+        for (std::uint64_t at = start + (compact ? 32 : 80); at < min_capacity + line_start;
+             at += 16)
+            write_consume(small, true);
+        EXPECT_FALSE(consumer.peek().has_value()) << (compact ? "compact" : "full");
+        EXPECT_FALSE(consumer.corrupt());
+        write_consume(small, true);
+    }
+}
+
 // A mark the consumer cannot believe: a compact size over max_chunk(), or one that runs past
 // the ring's end. The ring is reported corrupt and nothing is handed on.
 TEST(shm_ring, a_compact_mark_with_an_impossible_size_is_reported_as_corrupt) {

@@ -15,7 +15,9 @@
 // then one chunk: a chunk of a large message, a broadcast, a control frame) or a *skip*
 // (nothing more before the ring's end). A mark left from an earlier lap, stale payload or
 // zeroed memory never names the consumer's position, so it never reads as published; the
-// producer also zeroes the next mark when that space is free. A message larger than a chunk
+// producer also zeroes the next record's place when that space is free and its word could
+// be anything but a mark (a line start is left alone when it last held one: writing the
+// next line early pulled it from a consumer polling it). A message larger than a chunk
 // travels as several full records, the first flagged `first`. The producer still publishes
 // its position (tail) for itself and for a consumer that asks whether the ring is empty
 // before it sleeps.
@@ -25,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -296,6 +299,21 @@ private:
         }
     }
     std::byte* data() const noexcept { return reinterpret_cast<std::byte*>(_h + 1); }
+    static constexpr std::uint64_t line = 64;
+    // Producer: whether the first word of the line at data offset `off` (a multiple of
+    // `line`) last held something other than a mark, so that it could read as a record.
+    bool line_start_may_hold_data(std::uint64_t off) const noexcept {
+        return !_line_data || (_line_data[off / line / 64] >> (off / line % 64) & 1) != 0;
+    }
+    void set_line_start_data(std::uint64_t off, bool data) noexcept {
+        std::uint64_t& w = _line_data[off / line / 64];
+        const std::uint64_t bit = std::uint64_t{1} << (off / line % 64);
+        w = data ? w | bit : w & ~bit;
+    }
+    // Records what a record of `rec` bytes at `off` (and a skip at `skip_off`, or ~0) leaves
+    // at the line starts it covers.
+    void note_line_starts(std::uint64_t skip_off, std::uint64_t off, std::uint64_t rec) noexcept;
+    void start_line_data() noexcept;
 
     std::string _name;
     shm_ring_header* _h = nullptr;
@@ -306,6 +324,9 @@ private:
     bool _linked = false;
     bool _corrupt = false;
     bool _light_wake = false;  // producer: see light_wake()
+    // Producer: a bit per line of the data, set while its first word holds the inside of a
+    // record (line_start_may_hold_data); allocated at the first write.
+    std::unique_ptr<std::uint64_t[]> _line_data;
 };
 
 /// The fence between a consumer's sleep announcements and its last look at its rings: the
