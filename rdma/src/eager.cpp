@@ -119,6 +119,17 @@ bool layer::impl::may_switch_to(std::uint32_t dest, const eager_tx* path) noexce
     peer& p = peers[dest];
     // The same channel as the last message, with nothing queued for the ring behind it.
     if (path && p.gate == path) return p.out_queue.empty();
+    if (!path && p.gate && p.out_ring) {
+        // Back to the ring at once: its next record is flagged, and the receiver takes what
+        // the channel holds before it (ring_drain). Waiting here for the channel to drain
+        // cost a burst that began in a slot one crossing of the cores.
+        if (!p.gate->drained()) {
+            p.out_ring->follow_channel();
+            ++eager.ring_after_channel;
+        }
+        p.gate = nullptr;
+        return true;
+    }
     if (!gate_drained(dest)) return false;
     if (!path) {
         p.gate = nullptr;  // back to the ring: the channel is drained
@@ -195,66 +206,84 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
 
 bool layer::impl::eager_poll() {
     bool did = false;
+    for (std::size_t k = 0; k < eager.polled.size(); ++k)
+        // A bounded batch per channel, like the rings, so one sender cannot hold the loop.
+        did |= eager_take(*eager.polled[k], 64, unattached);
+    return did;
+}
+
+void layer::impl::eager_take_from(std::uint32_t from) {
+    // A ring record flagged after_channel follows what its sender wrote into a channel to
+    // us: all of it is published (the record's mark, read with acquire, was stored after
+    // it), and nothing the sender wrote there later can be (it goes back to a channel only
+    // once we consumed the ring to its end). The sender's slots bound the walk.
     for (std::size_t k = 0; k < eager.polled.size(); ++k) {
         eager_rx& c = *eager.polled[k];
-        if (c.done) continue;
-        if (c.from == unattached) {
-            if (!c.seg.header().attached.load(std::memory_order_acquire)) continue;
-            const std::uint32_t s = c.seg.header().sender.load(std::memory_order_relaxed);
-            if (s >= cfg.num_pes || s == cfg.rank || !peers[s].in_ring) {
-                up.on_notice("coverse: PE " + std::to_string(cfg.rank) +
-                             ": a persistent channel was attached by PE " + std::to_string(s) +
-                             ", which cannot write to it; the channel is closed\n");
-                c.done = true;
-                continue;
-            }
-            c.from = s;
+        if (c.from == from || c.from == unattached) (void)eager_take(c, 1 << 30, from);
+    }
+}
+
+// Takes up to `limit` messages from channel c (attaching a receiver-initiated one its
+// sender attached; with `only_from`, only if that sender is the one).
+bool layer::impl::eager_take(eager_rx& c, int limit, std::uint32_t only_from) {
+    if (c.done) return false;
+    if (c.from == unattached) {
+        if (!c.seg.header().attached.load(std::memory_order_acquire)) return false;
+        const std::uint32_t s = c.seg.header().sender.load(std::memory_order_relaxed);
+        if (only_from != unattached && s != only_from) return false;
+        if (s >= cfg.num_pes || s == cfg.rank || !peers[s].in_ring) {
+            up.on_notice("coverse: PE " + std::to_string(cfg.rank) +
+                         ": a persistent channel was attached by PE " + std::to_string(s) +
+                         ", which cannot write to it; the channel is closed\n");
+            c.done = true;
+            return false;
         }
-        // A bounded batch per channel, like the rings, so one sender cannot hold the loop.
-        const std::uint32_t n = c.seg.slots();
-        for (int batch = 0; batch < 64; ++batch) {
-            // The footer of the slot the walk is at: the next message (one cache line for a
-            // small one), or a skip past a slot a handler still holds.
-            const std::uint64_t k = c.delivered;
-            const std::uint32_t slot = c.at;
-            const std::uint64_t mark = c.seg.footer_mark(slot).load(std::memory_order_acquire);
-            if (!eager_mark_names(mark, k)) break;
-            eager_footer_error err;
-            const eager_footer f = decode_eager_footer(
-                c.seg.footer_word(slot).load(std::memory_order_relaxed), c.seg.capacity(), err);
-            if (!err && f.sentinel != eager_sentinel::data && f.sentinel != eager_sentinel::skip)
-                err = {"a published slot without a message", f.sentinel, 0};
-            if (!err && f.seq != static_cast<std::uint16_t>(k))
-                err = {"a sequence number out of turn", f.seq, static_cast<std::uint16_t>(k)};
-            if (!err && f.sentinel == eager_sentinel::skip && ++c.skips >= n)
-                err = {"a skip over every slot", c.skips, n - 1};
-            if (err) {
-                eager_bad_footer(c, slot, err);
-                break;
-            }
-            c.at = (slot + 1) % n;
-            if (f.sentinel == eager_sentinel::skip) continue;
-            c.skips = 0;
-            std::byte* const body = c.seg.message(slot, f.size);
-            // The message's lines are in the sender's cache: ask for all of them now, so
-            // that they cross while the message goes up to its handler, instead of one
-            // miss after another when the handler reads it.
-            for (std::uint32_t at = 64; at < f.size; at += 64)
-                __builtin_prefetch(body + at);
-            void* msg = alloc::place_message(body - alloc::message_header_size, f.size, c,
-                                             c.seg.name().c_str());
-            c.slot_message[slot] = k + 1;
-            ++c.held;
-            c.delivered = k + 1;
-            // What the sender took from our channel to it, when it wrote this.
-            if (peers[c.from].eager_out)
-                peers[c.from].eager_out->taken_hint = static_cast<std::uint32_t>(mark >> 32);
-            deliver(c.from, msg, f.size, false, 0);
-            c.seg.header().delivered.store(c.delivered, std::memory_order_release);
-            ++eager.receives;
-            did = true;
-            c.use.used = true;
+        c.from = s;
+    }
+    bool did = false;
+    const std::uint32_t n = c.seg.slots();
+    for (int batch = 0; batch < limit; ++batch) {
+        // The footer of the slot the walk is at: the next message (one cache line for a
+        // small one), or a skip past a slot a handler still holds.
+        const std::uint64_t k = c.delivered;
+        const std::uint32_t slot = c.at;
+        const std::uint64_t mark = c.seg.footer_mark(slot).load(std::memory_order_acquire);
+        if (!eager_mark_names(mark, k)) break;
+        eager_footer_error err;
+        const eager_footer f = decode_eager_footer(
+            c.seg.footer_word(slot).load(std::memory_order_relaxed), c.seg.capacity(), err);
+        if (!err && f.sentinel != eager_sentinel::data && f.sentinel != eager_sentinel::skip)
+            err = {"a published slot without a message", f.sentinel, 0};
+        if (!err && f.seq != static_cast<std::uint16_t>(k))
+            err = {"a sequence number out of turn", f.seq, static_cast<std::uint16_t>(k)};
+        if (!err && f.sentinel == eager_sentinel::skip && ++c.skips >= n)
+            err = {"a skip over every slot", c.skips, n - 1};
+        if (err) {
+            eager_bad_footer(c, slot, err);
+            break;
         }
+        c.at = (slot + 1) % n;
+        if (f.sentinel == eager_sentinel::skip) continue;
+        c.skips = 0;
+        std::byte* const body = c.seg.message(slot, f.size);
+        // The message's lines are in the sender's cache: ask for all of them now, so
+        // that they cross while the message goes up to its handler, instead of one
+        // miss after another when the handler reads it.
+        for (std::uint32_t at = 64; at < f.size; at += 64)
+            __builtin_prefetch(body + at);
+        void* msg = alloc::place_message(body - alloc::message_header_size, f.size, c,
+                                         c.seg.name().c_str());
+        c.slot_message[slot] = k + 1;
+        ++c.held;
+        c.delivered = k + 1;
+        // What the sender took from our channel to it, when it wrote this.
+        if (peers[c.from].eager_out)
+            peers[c.from].eager_out->taken_hint = static_cast<std::uint32_t>(mark >> 32);
+        deliver(c.from, msg, f.size, false, 0);
+        c.seg.header().delivered.store(c.delivered, std::memory_order_release);
+        ++eager.receives;
+        did = true;
+        c.use.used = true;
     }
     return did;
 }
@@ -691,6 +720,10 @@ layer::persistent_state layer::persistent_status(std::uint32_t handle) const noe
     return it->second.refused ? persistent_state::refused : persistent_state::pending;
 }
 
+void layer::hold_eager_polls_until_a_ring_record_follows() noexcept {
+    _impl->eager_polls_held = true;
+}
+
 layer::eager_counters layer::eager_stats() const noexcept {
     const impl& m = *_impl;
     eager_counters c;
@@ -698,7 +731,7 @@ layer::eager_counters layer::eager_stats() const noexcept {
     c.receives = m.eager.receives;
     c.no_credit = m.eager.no_credit;
     c.order_waits = m.eager.order_waits;
-    c.gate_waits = m.eager.gate_waits;
+    c.ring_after_channel = m.eager.ring_after_channel;
     c.opened = m.eager.opened;
     c.refused = m.eager.refused;
     c.retired = m.eager.retired;

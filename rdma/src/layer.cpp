@@ -49,8 +49,6 @@ layer_config layer_config::from_settings() {
     c.eager_pollset = settings::count("EAGER_SHORT_POLLSET_SIZE_MAXIMUM");
     c.eager_credit_delay_ns = static_cast<std::uint64_t>(
         std::chrono::nanoseconds(settings::duration("EAGER_CREDIT_DELAY")).count());
-    c.eager_gate_wait_ns = static_cast<std::uint64_t>(
-        std::chrono::nanoseconds(settings::duration("EAGER_GATE_WAIT")).count());
     const std::string remote = settings::text("EAGER_REMOTE");
     c.eager_remote = remote == "put"      ? layer_config::eager_remote_mode::put
                      : remote == "frames" ? layer_config::eager_remote_mode::frames
@@ -355,36 +353,9 @@ bool layer::try_send_now(std::uint32_t dest, const std::byte* buf, std::uint32_t
         return true;
     if (size > m.cfg.medium_boundary) return false;
     const std::span<const std::byte> bytes(buf, size);
-    if (!m.ring_write_now(dest, net::frame_type::standard, false, 0, bytes) &&
-        !(m.wait_for_gate(dest) &&
-          m.ring_write_now(dest, net::frame_type::standard, false, 0, bytes)))
-        return false;
+    if (!m.ring_write_now(dest, net::frame_type::standard, false, 0, bytes)) return false;
     ++_stats.stream_sends;
     return true;
-}
-
-// A burst that began in an idle receiver's short channel fills its slots; order then lets the
-// ring carry the next message only once the receiver took the channel's. The receiver is busy
-// with exactly those, so a short wait here costs the burst nothing, where queueing would send
-// this message and every later one of the burst down the full path behind the gate. Not with
-// more PEs than cores (the receiver may need this core) or with anything queued already.
-bool layer::impl::wait_for_gate(std::uint32_t dest) noexcept {
-    peer& p = peers[dest];
-    if (!p.gate || !p.out_queue.empty() || cfg.eager_gate_wait_ns == 0 ||
-        sched.options().yield_while_spinning)
-        return false;
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::nanoseconds(cfg.eager_gate_wait_ns);
-    for (unsigned i = 1;; ++i) {
-        if (p.gate->drained()) {
-            ++eager.gate_waits;
-            return true;
-        }
-        if ((i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) return false;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    }
 }
 
 // One frame on the stream path to `dest`: its ring when it is on this host and mapped,

@@ -335,7 +335,7 @@ struct eager_state {
     // advanced would give every 64th poll to whichever poller runs at those parities.
     std::uint32_t ring_sweep_polls = 0, put_sweep_polls = 0;
     std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
-                  bad_footers = 0, gate_waits = 0, retired = 0;
+                  bad_footers = 0, ring_after_channel = 0, retired = 0;
     // Channels written by put (eager_put.cpp).
     std::vector<std::uint32_t> put_sources;             // peers whose put_in we poll
     std::vector<std::unique_ptr<put_rx>> put_draining;  // done, slots still held
@@ -500,11 +500,14 @@ struct layer::impl {
     bool eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
                     send_completion* done);
     bool gate_drained(std::uint32_t dest) noexcept;
-    /// Waits up to EAGER_GATE_WAIT for `dest`'s gate channel to drain (layer.cpp); true when
-    /// it did, so the ring may take the next message now.
-    bool wait_for_gate(std::uint32_t dest) noexcept;
     bool may_switch_to(std::uint32_t dest, const eager_tx* path) noexcept;
     bool eager_poll();
+    /// Up to `limit` messages from channel c; with `only_from`, a receiver-initiated channel
+    /// is attached only if that PE is its sender.
+    bool eager_take(eager_rx& c, int limit, std::uint32_t only_from);
+    /// Every message published in `from`'s channels to us (a ring record flagged
+    /// after_channel comes after them).
+    void eager_take_from(std::uint32_t from);
     bool eager_pending() const noexcept;
     void eager_bad_footer(eager_rx& c, std::uint32_t slot, const eager_footer_error& e);
     /// The notice for a bad footer in `from`'s channel (shared memory or put).
@@ -621,6 +624,7 @@ struct layer::impl {
     void abandon_shared(std::uint32_t pe, std::uint32_t serial, std::uint32_t chunks) noexcept;
     bool fail_share_chunk = false;    // fail_next_shared_chunk()
     std::uint64_t share_hold_ns = 0;  // hold_shared_transfers_for_target()
+    bool eager_polls_held = false;    // hold_eager_polls_until_a_ring_record_follows()
 
     task_scope tasks{"rdma layer"};
 };

@@ -235,7 +235,7 @@ bool layer::impl::ring_poll() {
     // Asked on every turn of a spinning loop: an idle pass is one inline load per ring.
     ++ring_polls;
     bool did = false;
-    if (!eager.polled.empty()) {
+    if (!eager.polled.empty() && !eager_polls_held) {
         // Taken before the sweep: after the loop was away (a long handler, a sleep), what
         // came meanwhile marks its channel used, and the sweep does not retire it.
         did |= eager_poll();
@@ -279,6 +279,12 @@ bool layer::impl::ring_drain(std::uint32_t p) {
             break;
         }
         did = true;
+        if (rec->flags & shm_flags::after_channel) [[unlikely]] {
+            // Behind messages in a channel from the same sender (eager.cpp): those first.
+            eager_take_from(p);
+            eager_polls_held = false;
+            rec->flags = static_cast<std::uint16_t>(rec->flags & ~shm_flags::after_channel);
+        }
         // The common record: a whole point-to-point message in one chunk.
         if (rec->flags == shm_flags::message && rec->total == rec->chunk.size() && !in.assembling)
             [[likely]] {

@@ -63,6 +63,7 @@ shm_ring::shm_ring(shm_ring&& o) noexcept
       _linked(std::exchange(o._linked, false)),
       _corrupt(o._corrupt),
       _light_wake(o._light_wake),
+      _after_channel(o._after_channel),
       _line_data(std::move(o._line_data)) {}
 
 shm_ring& shm_ring::operator=(shm_ring&& o) noexcept {
@@ -178,6 +179,8 @@ bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, 
                          std::uint32_t tag) noexcept {
     const std::uint64_t cap = _cap;
     if (chunk.size() > max_chunk()) return false;
+    if (_after_channel) [[unlikely]]
+        flags = static_cast<std::uint16_t>(flags | shm_flags::after_channel);
     // A whole message in one chunk goes as a compact record (its mark says its size); any
     // other record has the full header.
     const bool compact = flags == shm_flags::message && total == chunk.size() && tag == 0 &&
@@ -249,6 +252,7 @@ bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, 
     if (skip_at != ~std::uint64_t{0}) publish(skip_at, skip_position, detail::shm_code_skip);
     // The producer's own position, for consumer_caught_up() and a consumer about to sleep.
     _h->tail.store(next, std::memory_order_release);
+    _after_channel = false;
     return true;
 }
 

@@ -407,13 +407,6 @@ constexpr setting_info registry[] = {
                 "after at most this long when no other frame carried them; 0: only once "
                 "half the slots are owed",
      .layer = "rdma"},
-    {.name = "EAGER_GATE_WAIT",
-     .type = vt::microseconds,
-     .default_value = "20",
-     .meaning = "same host: a small send that finds its short channel out of slots waits "
-                "up to this long for the receiver to take that channel's messages, then "
-                "goes by the ring; 0: queue behind them at once",
-     .layer = "rdma"},
     {.name = "EAGER_REMOTE",
      .type = vt::choice,
      .default_value = "auto",

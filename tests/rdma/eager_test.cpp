@@ -448,15 +448,15 @@ bool heard_caught_up(node& n) {
     return true;
 }
 
-// A burst's first message takes the short channel of an idle receiver; the next may take
-// the ring only once the receiver took what the channel holds (order). It used to fall
-// back to the full path then, and with it every later message of the burst (queued behind
-// the gate); now the sender waits for the drain (EAGER_GATE_WAIT, long here so that a slow
-// machine cannot decide the test) and the whole burst goes at once, in order. The receiver
-// pauses before the burst, so that the wait is certain to happen.
+// A burst's first message takes the short channel of an idle receiver; the next goes by the
+// ring at once, flagged as following the channel's messages, and the receiver takes what the
+// channel holds before it (order). The burst once fell back to the full path there, queued
+// behind the channel, and later waited for the receiver to drain it. The receiver pauses
+// before the burst, so that the channel still holds its first message when the second goes,
+// and it does not poll its channels on its own until the flagged record came: the ring
+// shows it the burst first, as when its poll of the channels came just before the burst.
 TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order) {
     if (!GetParam().rings()) GTEST_SKIP() << "the ring and its gate are same-host paths";
-    _opt.cfg.eager_gate_wait_ns = 10'000'000'000;
     std::vector<std::size_t> sizes(24, 64);  // paced: the receiver opens the channel
     const std::size_t burst = 300;
     for (std::size_t k = 0; k < burst; ++k)
@@ -499,24 +499,25 @@ TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order)
                 return 31;
             }
             const auto st = n.rdma->eager_stats();
-            if (st.gate_waits == 0)
+            if (st.ring_after_channel == 0)
                 std::fprintf(stderr, "PE 0: eager sends %llu, order waits %llu, no credit %llu\n",
                              static_cast<unsigned long long>(st.sends),
                              static_cast<unsigned long long>(st.order_waits),
                              static_cast<unsigned long long>(st.no_credit));
-            return st.gate_waits > 0 ? 0 : 32;
+            return st.ring_after_channel > 0 ? 0 : 32;
         },
         [&](node& n, const std::function<void()>&) {
             const std::size_t paced = sizes.size() - burst;
             if (const int rc = receive_checked(n, sizes, 1, 0, paced)) return rc;
             if (const int rc = say_caught_up(n, 0)) return rc;
+            n.rdma->hold_eager_polls_until_a_ring_record_follows();
             // Not polling for a while: the burst's first message waits in its slot, and the
-            // second at the gate.
+            // rest in the ring behind it.
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
             return receive_checked(n, sizes, 1, paced);
         });
-    EXPECT_EQ(r.pe0, 0) << "30: no channel, 31: sends refused, 32: the gate was never waited for, "
-                           "33: no note from the receiver";
+    EXPECT_EQ(r.pe0, 0) << "30: no channel, 31: sends refused, 32: no ring record followed the "
+                           "channel, 33: no note from the receiver";
     EXPECT_EQ(r.pe1, 0);
 }
 

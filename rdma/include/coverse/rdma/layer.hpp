@@ -118,10 +118,6 @@ struct layer_config {
     /// credit frame after at most this long when nothing else carries them (0: only once
     /// half the slots are owed).
     std::uint64_t eager_credit_delay_ns = 200'000;
-    /// EAGER_GATE_WAIT: how long a small same-host send that found its channel without a
-    /// free slot waits for the receiver to take the channel's messages (order lets the ring
-    /// carry it only then) before it queues behind them.
-    std::uint64_t eager_gate_wait_ns = 20'000;
     /// EAGER_REMOTE: how the short channel of a peer over a connection is written: by
     /// one-sided put into the receiver's registered slots (put), by eager_data frames the
     /// receiver's reader places (frames), or put where the pair's provider is verbs (auto).
@@ -219,7 +215,9 @@ public:
         /// A message to a peer with a channel stayed on the ring, which still carried
         /// earlier ones (a burst's messages count without asking the channel for a slot).
         std::uint64_t order_waits = 0;
-        std::uint64_t gate_waits = 0;  // a send waited for a full channel to drain (ring next)
+        /// A message went by the ring right behind messages in a channel that the receiver
+        /// had not taken yet (its record flagged after_channel: the receiver takes them first).
+        std::uint64_t ring_after_channel = 0;
         std::uint64_t opened = 0, refused = 0, bad_footers = 0;
         std::uint64_t retired = 0;            // short channels closed because they went unused
         std::size_t polled = 0, writing = 0;  // channels open now, each way
@@ -262,6 +260,10 @@ public:
     /// For tests: each shared put or get from this PE waits up to `limit` for the target's
     /// first claim before it claims its own chunks (0, the default: it does not wait).
     void hold_shared_transfers_for_target(std::chrono::nanoseconds limit) noexcept;
+    /// For tests: the loop does not poll this PE's eager channels until a ring record
+    /// flagged after_channel has come, as if its last poll of them had come just before a
+    /// sender's burst, so that the ring shows the burst first.
+    void hold_eager_polls_until_a_ring_record_follows() noexcept;
 
     /// The provider that moves large messages to `pe` (after connect()).
     provider_kind provider_for(std::uint32_t pe) const noexcept;

@@ -145,6 +145,9 @@ struct shm_record {
 namespace shm_flags {
 inline constexpr std::uint16_t first = 0x1;      // the first chunk of a message
 inline constexpr std::uint16_t broadcast = 0x2;  // a spanning-tree broadcast (tag = root)
+/// The record follows messages its sender wrote into an eager channel to this PE that the
+/// consumer may not have taken yet: it takes those first (the order of docs/rdma.md).
+inline constexpr std::uint16_t after_channel = 0x4;
 /// Bits 8..12: what the record carries, as a net::frame_type number (0 or 1: a message;
 /// publish, get_done, rma_put_request, rma_complete: the rendezvous's control frames).
 inline constexpr unsigned type_shift = 8;
@@ -181,6 +184,7 @@ public:
 
     // ---- producer ------------------------------------------------------------------------
     /// Copies `chunk` in as one record if it fits now; false when the ring is too full.
+    /// The first record written after follow_channel() carries shm_flags::after_channel.
     bool try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
                    std::uint32_t tag) noexcept;
     /// True when the consumer has taken every record written so far.
@@ -198,6 +202,9 @@ public:
         _seen_head = _h->head.load(std::memory_order_acquire);
         return _seen_head == tail;
     }
+    /// The next record written follows messages in an eager channel to the same consumer,
+    /// which need not have taken them: it is flagged so (shm_flags::after_channel).
+    void follow_channel() noexcept { _after_channel = true; }
     /// The shared-put block of this ring (both sides: the producer opens puts in it).
     shm_put_share& put_share() noexcept { return _h->put_share; }
     /// True when the consumer said it is going to sleep (and clears that): ring its bell.
@@ -323,7 +330,8 @@ private:
     std::uint64_t _pending_advance = 0;  // consumer: size of the record peek() returned
     bool _linked = false;
     bool _corrupt = false;
-    bool _light_wake = false;  // producer: see light_wake()
+    bool _light_wake = false;     // producer: see light_wake()
+    bool _after_channel = false;  // producer: see follow_channel()
     // Producer: a bit per line of the data, set while its first word holds the inside of a
     // record (line_start_may_hold_data); allocated at the first write.
     std::unique_ptr<std::uint64_t[]> _line_data;
