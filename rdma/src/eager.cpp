@@ -18,6 +18,9 @@
 // caught up with its producer, or the channel's `delivered` counter reached the count its
 // sender wrote. Until then the message queues behind them (the ring's queue is gated), so the
 // receiver's single poller delivers in send order without sequence numbers across paths.
+// One switch goes at once: from a channel back to the ring, whose next record is then
+// flagged after_channel; the receiver takes the sender's channels before such a record
+// (ring_drain), and the sender writes a channel again only once the ring has caught up.
 // (Over a connection the order is the connection's; a channel written by one-sided put keeps
 // it with a position in each footer: eager_put.cpp.)
 #include "layer_impl.hpp"
@@ -122,7 +125,9 @@ bool layer::impl::may_switch_to(std::uint32_t dest, const eager_tx* path) noexce
     if (!path && p.gate && p.out_ring) {
         // Back to the ring at once: its next record is flagged, and the receiver takes what
         // the channel holds before it (ring_drain). Waiting here for the channel to drain
-        // cost a burst that began in a slot one crossing of the cores.
+        // cost a burst that began in a slot one crossing of the cores. The flag stays with
+        // the ring until a record is written (a full ring queues this one), and a flag on a
+        // record that did not need it only makes the receiver look at the channels first.
         if (!p.gate->drained()) {
             p.out_ring->follow_channel();
             ++eager.ring_after_channel;
@@ -160,7 +165,7 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
     if (!c && p.eager_out && size <= p.eager_out->seg.capacity()) {
         // A short channel takes a message only while the receiver has taken every earlier one
         // (latency-bound traffic: a ping-pong, a reply). The second message of a burst goes
-        // by the ring once the first is taken (wait_for_gate), and the rest of the burst
+        // by the ring at once (its record flagged after_channel), and the rest of the burst
         // stays there (bursts in the slots measured 8 B rate 0.79x vader with the footers
         // packed apart from the slots, and no better with them in the slots). A ping-pong
         // learns it from the footers of the replies, not by reading the receiver's counter

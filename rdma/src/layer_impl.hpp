@@ -277,6 +277,10 @@ struct peer {
     std::deque<ring_out> out_queue;
     std::optional<shm_ring> in_ring;  // ours, for what it sends us
     void* assembling = nullptr;       // a message arriving in several records
+    /// ring_drain is taking this peer's channels before a flagged record it has peeked: a
+    /// drain nested in a delivery (a handler's send that runs the loop) must not take the
+    /// record too.
+    bool taking_channels = false;
     std::uint32_t total = 0, filled = 0, tag = 0;
     std::uint16_t flags = 0;
     // One-sided: what we read the peer with, and what it reads us with (so we register

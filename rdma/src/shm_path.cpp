@@ -215,7 +215,8 @@ bool pump_one(shm_ring& ring, ring_out& m) {
 bool layer::impl::ring_pump(std::uint32_t dest) {
     peer& p = peers[dest];
     bool wrote = false;
-    // Behind messages on an eager channel: wait until the receiver took them (eager.cpp).
+    // Behind messages on an eager channel: the first record is flagged (the receiver takes
+    // them first), or, behind a channel that is closing, it waits for them (eager.cpp).
     if (!p.out_queue.empty() && !may_switch_to(dest, nullptr)) return false;
     while (!p.out_queue.empty()) {
         ring_out& m = p.out_queue.front();
@@ -268,6 +269,8 @@ void layer::impl::note_ring_message(std::uint32_t p) {
 
 bool layer::impl::ring_drain(std::uint32_t p) {
     peer& in = peers[p];
+    if (in.taking_channels) [[unlikely]]
+        return false;
     bool did = false;
     // A bounded batch per ring, so one busy sender cannot hold the loop.
     for (int n = 0; n < 256; ++n) {
@@ -280,8 +283,12 @@ bool layer::impl::ring_drain(std::uint32_t p) {
         }
         did = true;
         if (rec->flags & shm_flags::after_channel) [[unlikely]] {
-            // Behind messages in a channel from the same sender (eager.cpp): those first.
+            // Behind messages in a channel from the same sender (eager.cpp): those first,
+            // and before the record is consumed (else the sender, seeing the ring caught
+            // up, could write a channel again, and that message would come first).
+            in.taking_channels = true;
             eager_take_from(p);
+            in.taking_channels = false;
             eager_polls_held = false;
             rec->flags = static_cast<std::uint16_t>(rec->flags & ~shm_flags::after_channel);
         }

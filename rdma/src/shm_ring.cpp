@@ -64,7 +64,8 @@ shm_ring::shm_ring(shm_ring&& o) noexcept
       _corrupt(o._corrupt),
       _light_wake(o._light_wake),
       _after_channel(o._after_channel),
-      _line_data(std::move(o._line_data)) {}
+      _line_data(std::move(o._line_data)),
+      _line_data_tried(o._line_data_tried) {}
 
 shm_ring& shm_ring::operator=(shm_ring&& o) noexcept {
     if (this != &o) {
@@ -153,6 +154,7 @@ void shm_ring::start_line_data() noexcept {
     // What the line starts of the data hold before our first record: zeroed memory in a
     // ring nobody wrote yet, else unknown (each is zeroed before use, as if data).
     const std::size_t words = static_cast<std::size_t>(_cap / line / 64);
+    _line_data_tried = true;  // once: a failure is not retried on every write
     _line_data.reset(new (std::nothrow) std::uint64_t[words]);
     if (!_line_data) return;  // then every line start is zeroed before use
     const bool fresh = _h->tail.load(std::memory_order_relaxed) == 0;
@@ -163,16 +165,30 @@ void shm_ring::start_line_data() noexcept {
 inline void shm_ring::note_line_starts(std::uint64_t skip_off, std::uint64_t off,
                                        std::uint64_t rec) noexcept {
     if (!_line_data) [[unlikely]] {
-        start_line_data();
+        if (!_line_data_tried) start_line_data();
         if (!_line_data) return;
     }
     // A skip's mark and the record's mark sit at record starts; the line starts strictly
-    // inside the record hold its header or message.
+    // inside the record hold its header or message (records never wrap: those lines follow
+    // each other in the bitmap).
     if (skip_off != ~std::uint64_t{0} && (skip_off & (line - 1)) == 0) [[unlikely]]
         set_line_start_data(skip_off, false);
     if ((off & (line - 1)) == 0) set_line_start_data(off, false);
-    for (std::uint64_t at = (off | (line - 1)) + 1; at < off + rec; at += line)
-        set_line_start_data(at, true);
+    const std::uint64_t first = (off | (line - 1)) + 1;
+    if (first < off + rec) [[unlikely]]
+        mark_lines_inside(first / line, (off + rec - 1) / line + 1);
+}
+
+// Sets the bits of lines [from, to): a record's inside, one word at a time where it can.
+void shm_ring::mark_lines_inside(std::uint64_t from, std::uint64_t to) noexcept {
+    while (from < to) {
+        const std::uint64_t bit = from % 64;
+        const std::uint64_t n = std::min<std::uint64_t>(64 - bit, to - from);
+        const std::uint64_t bits =
+            n == 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << n) - 1) << bit;
+        _line_data[from / 64] |= bits;
+        from += n;
+    }
 }
 
 bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, std::uint16_t flags,
@@ -246,7 +262,7 @@ bool shm_ring::try_write(std::span<const std::byte> chunk, std::uint32_t total, 
         ((next_off & (line - 1)) != 0 || line_start_may_hold_data(next_off))) {
         std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(data() + next_off))
             .store(0, std::memory_order_relaxed);
-        if ((next_off & (line - 1)) == 0) set_line_start_data(next_off, false);
+        if ((next_off & (line - 1)) == 0 && _line_data) set_line_start_data(next_off, false);
     }
     publish(off, tail, code);
     if (skip_at != ~std::uint64_t{0}) publish(skip_at, skip_position, detail::shm_code_skip);

@@ -407,6 +407,13 @@ constexpr setting_info registry[] = {
                 "after at most this long when no other frame carried them; 0: only once "
                 "half the slots are owed",
      .layer = "rdma"},
+    {.name = "EAGER_GATE_WAIT",
+     .type = vt::microseconds,
+     .default_value = "20",
+     .meaning = "retired 2026-12-05, read by nothing: a same-host send behind messages still "
+                "in a short channel no longer waits for the receiver to take them (its ring "
+                "record tells the receiver to take them first)",
+     .layer = "rdma"},
     {.name = "EAGER_REMOTE",
      .type = vt::choice,
      .default_value = "auto",

@@ -429,11 +429,11 @@ int send_one(node& n, std::uint32_t to, std::size_t size, std::size_t seed) {
 // for our messages (threshold 1), whose opening it writes into its ring to us; once we have
 // mapped it (so read that ring to its end) the second says the sender may go. With one
 // note, a burst the sender starts then finds that opening still unread and stays on the
-// ring. 0, or 10/11 (a note not sent), 12 (no channel to the sender).
+// ring. 0, or 10/11/12 (a note not sent: send_one), 15 (no channel to the sender).
 int say_caught_up(node& n, std::uint32_t to) {
     for (std::size_t k = 0; k < 2; ++k) {
         if (const int rc = send_one(n, to, 8, k)) return rc;
-        if (k == 0 && !n.wait_for([&] { return n.rdma->eager_stats().writing > 0; })) return 12;
+        if (k == 0 && !n.wait_for([&] { return n.rdma->eager_stats().writing > 0; })) return 15;
     }
     return 0;
 }
@@ -518,7 +518,8 @@ TEST_P(eager, a_burst_past_the_channel_goes_on_by_the_ring_at_once_and_in_order)
         });
     EXPECT_EQ(r.pe0, 0) << "30: no channel, 31: sends refused, 32: no ring record followed the "
                            "channel, 33: no note from the receiver";
-    EXPECT_EQ(r.pe1, 0);
+    EXPECT_EQ(r.pe1, 0) << "10-12: a note not sent, 15: no channel to the sender, 20-23: "
+                           "a message missing, wrong or not in a slot";
 }
 
 // A receiver busy elsewhere (not polling) finds, when it comes back, slot messages and the
@@ -563,7 +564,8 @@ TEST_P(eager, a_busy_receiver_takes_slot_and_stream_messages_in_send_order) {
             return slots_carried_some(n, GetParam().put());
         });
     EXPECT_EQ(r.pe0, 0) << "13: no channel for the paced messages, 14: no note from the receiver";
-    EXPECT_EQ(r.pe1, 0);
+    EXPECT_EQ(r.pe1, 0) << "10-12: a note not sent, 15: no channel to the sender, 20-23: "
+                           "a message missing, wrong or not in a slot";
 }
 
 // A short channel that takes no message for 10 intervals retires (the receiver says close,

@@ -480,6 +480,57 @@ TEST(shm_ring, a_line_start_that_held_a_message_never_reads_as_a_record_a_lap_la
     }
 }
 
+// The same over many laps of random records, compact and full, across the ring's end and
+// with the ring filled up at times: every message holds, at each 16-byte place inside it,
+// the mark the consumer will look for there one lap later. Whenever the consumer has taken
+// everything, it must see nothing.
+TEST(shm_ring, messages_holding_next_laps_marks_never_read_as_records) {
+    shm_name n;
+    auto consumer = shm_ring::create(n.name, min_capacity);
+    auto producer = shm_ring::open(n.name);
+    ring_data_mapping m(n.name, consumer.capacity());
+    ASSERT_NE(m.data, nullptr);
+    const auto* h = static_cast<const shm_ring_header*>(m.base);
+    const std::uint64_t cap = consumer.capacity();
+    std::mt19937 rng(28);
+    std::uniform_int_distribution<std::size_t> size_of(0, 700);
+    std::deque<std::vector<std::byte>> in_flight;
+    const auto take_all = [&] {
+        while (!in_flight.empty()) {
+            auto r = consumer.peek();
+            ASSERT_TRUE(r.has_value());
+            ASSERT_TRUE(same_bytes(r->chunk, in_flight.front()));
+            consumer.consume();
+            in_flight.pop_front();
+        }
+        EXPECT_FALSE(consumer.peek().has_value()) << "at " << h->head.load();
+        EXPECT_FALSE(consumer.corrupt());
+    };
+    for (int k = 0; k < 3000 && !testing::Test::HasFailure(); ++k) {
+        const std::size_t size = size_of(rng);
+        const bool compact = rng() % 2 == 0;
+        // Where the message will sit: after a skip when it does not fit before the end.
+        const std::uint64_t tail = h->tail.load();
+        const std::uint64_t rec = record_size(size, compact);
+        const std::uint64_t start = rec > cap - tail % cap ? tail + (cap - tail % cap) : tail;
+        const std::uint64_t at = start + (compact ? 8 : 32);
+        std::vector<std::byte> b = record_bytes(k, size);
+        for (std::uint64_t q = (at + 15) / 16 * 16; q + 8 <= at + size; q += 16) {
+            const std::uint64_t fake = detail::shm_mark(q + cap, 8);
+            std::memcpy(b.data() + (q - at), &fake, sizeof fake);
+        }
+        if (!producer.try_write(b, static_cast<std::uint32_t>(size), flags_of(compact), 0)) {
+            take_all();  // full: take everything, then write it
+            ASSERT_TRUE(
+                producer.try_write(b, static_cast<std::uint32_t>(size), flags_of(compact), 0));
+        }
+        in_flight.push_back(std::move(b));
+        // Mostly one at a time (the consumer catches up after each); at times the ring fills.
+        if (k % 500 >= 100) take_all();
+    }
+    take_all();
+}
+
 // A mark the consumer cannot believe: a compact size over max_chunk(), or one that runs past
 // the ring's end. The ring is reported corrupt and nothing is handed on.
 TEST(shm_ring, a_compact_mark_with_an_impossible_size_is_reported_as_corrupt) {

@@ -79,6 +79,7 @@ TEST_F(settings_test, design_table_is_registered_with_its_defaults) {
              {"EAGER_SHORT_MESSAGE_BOUNDARY", vt::bytes, "16384"},
              {"EAGER_SHORT_POLLSET_SIZE_MAXIMUM", vt::count, "32"},
              {"EAGER_CREDIT_DELAY", vt::microseconds, "200"},
+             {"EAGER_GATE_WAIT", vt::microseconds, "20"},
              {"EAGER_LONG_BUFFERS", vt::count, "3"},
              {"EAGER_LONG_BUFFER_SIZE", vt::bytes, "1048576"},
              {"MAXIMUM_HANDLES", vt::count, "10000"},

@@ -321,6 +321,7 @@ private:
     // at the line starts it covers.
     void note_line_starts(std::uint64_t skip_off, std::uint64_t off, std::uint64_t rec) noexcept;
     void start_line_data() noexcept;
+    void mark_lines_inside(std::uint64_t from, std::uint64_t to) noexcept;
 
     std::string _name;
     shm_ring_header* _h = nullptr;
@@ -335,6 +336,7 @@ private:
     // Producer: a bit per line of the data, set while its first word holds the inside of a
     // record (line_start_may_hold_data); allocated at the first write.
     std::unique_ptr<std::uint64_t[]> _line_data;
+    bool _line_data_tried = false;  // producer: allocated once, or found impossible once
 };
 
 /// The fence between a consumer's sleep announcements and its last look at its rings: the
