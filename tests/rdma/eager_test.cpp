@@ -930,12 +930,14 @@ TEST_P(eager, a_bad_footer_closes_that_channel_with_a_notice_naming_the_peer) {
                 if (const int rc = send_paced(n, 1, first)) return rc;
                 if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 1; })) return 13;
                 // As a broken peer would, into a free slot (a slot still holding a message the
-                // receiver has not taken is not the sender's to write).
-                bool injected = false;  // wait_for asks its predicate once more at the end
-                if (!n.wait_for([&] {
-                        return injected || (injected = n.rdma->inject_bad_eager_footer(1, what));
-                    }))
-                    return 16;
+                // receiver has not freed is not the sender's to write). Tried again every
+                // millisecond: the receiver's free is a store in shared memory, which wakes no
+                // loop, so a loop that waited for it could sleep through it.
+                bool injected = false;
+                for (int ms = 0; ms < 60'000 && !injected; ++ms)
+                    if (!(injected = n.rdma->inject_bad_eager_footer(1, what)))
+                        n.wait_for([] { return false; }, 1ms);
+                if (!injected) return 16;
                 // The receiver closes the channel; what follows goes by the stream, in order.
                 if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 0; })) return 14;
                 std::vector<recorded_send> done(later.size());
