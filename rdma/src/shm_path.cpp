@@ -176,6 +176,7 @@ bool layer::impl::ring_burst_write(std::uint32_t dest, const std::byte* buf,
         return false;
     if (!p.out_ring->try_write(std::span<const std::byte>(buf, size), size, shm_flags::message, 0))
         return false;
+    p.out_ring->write_ahead();
     // Counted as eager_send would for a channel that could take it (it is not asked for a
     // slot here: a burst stays on the ring whatever the channel holds).
     if (p.eager_out && p.eager_out->open_for(size)) ++eager.order_waits;

@@ -525,10 +525,49 @@ TEST(shm_ring, messages_holding_next_laps_marks_never_read_as_records) {
                 producer.try_write(b, static_cast<std::uint32_t>(size), flags_of(compact), 0));
         }
         in_flight.push_back(std::move(b));
+        producer.write_ahead();  // as a burst does: a hint, which changes nothing read
         // Mostly one at a time (the consumer catches up after each); at times the ring fills.
         if (k % 500 >= 100) take_all();
     }
     take_all();
+}
+
+// A burst's sender asks for the lines ahead of its position (write_ahead): only lines after
+// the one it is filling, at most write_ahead_lines of them, each once, and never a line whose
+// bytes of a lap ago the consumer may still read.
+TEST(shm_ring, write_ahead_asks_only_for_lines_the_consumer_has_left) {
+    constexpr std::uint64_t line = 64, cap = 4096, ahead = shm_ring::write_ahead_lines;
+    // An empty ring: the next lines.
+    auto r = shm_ring::lines_ahead(0, 0, 0, cap);
+    EXPECT_EQ(r.from, line);
+    EXPECT_EQ(r.to, line + ahead * line);
+    // Asked already: only what is new since; nothing at all while the tail stays in its line.
+    r = shm_ring::lines_ahead(100, line + ahead * line, 0, cap);
+    EXPECT_EQ(r.from, line + ahead * line);
+    EXPECT_EQ(r.to, 2 * line + ahead * line);
+    r = shm_ring::lines_ahead(120, r.to, 0, cap);
+    EXPECT_EQ(r.from, r.to);
+    // The consumer almost a lap behind: the next line still holds what it has to read.
+    r = shm_ring::lines_ahead(cap + 3000, 0, 3000 + 16, cap);
+    EXPECT_EQ(r.from, r.to);
+    // Any position: the rule holds.
+    std::mt19937_64 rng(29);
+    for (int k = 0; k < 100000; ++k) {
+        const std::uint64_t head = rng() % (1u << 20);
+        const std::uint64_t tail = head + rng() % (cap + 1);
+        const std::uint64_t asked = (tail & ~(line - 1)) + (rng() % 5) * line;
+        r = shm_ring::lines_ahead(tail, asked, head, cap);
+        ASSERT_EQ(r.from % line, 0u);
+        ASSERT_EQ(r.to % line, 0u);
+        ASSERT_LE(r.from, r.to);
+        ASSERT_LE((r.to - r.from) / line, ahead);
+        if (r.from == r.to) continue;
+        ASSERT_GT(r.from, tail) << "the line being filled (the consumer may poll it)";
+        ASSERT_GE(r.from, asked) << "asked twice";
+        ASSERT_LE(r.to, (tail & ~(line - 1)) + line + ahead * line);
+        ASSERT_LE(r.to, head + cap)
+            << "a line the consumer may still read, tail " << tail << " head " << head;
+    }
 }
 
 // A mark the consumer cannot believe: a compact size over max_chunk(), or one that runs past
