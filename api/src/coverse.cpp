@@ -122,6 +122,26 @@ void message_stream::push(void* msg) {
     _queue.push_back(msg);
 }
 
+// Messages that arrived together, as push() of each in turn would hand them out, except that
+// the task resumed inline runs once they are all placed: it takes the queued ones without
+// suspending (receive_awaiter::try_now).
+void message_stream::push(void* const* msgs, std::size_t n) {
+    detail::waiter* first = nullptr;
+    for (std::size_t i = 0; i < n; ++i) {
+        auto* w = _waiters.pop_front();
+        if (!w) {
+            _queue.push_back(msgs[i]);
+            continue;
+        }
+        static_cast<receive_awaiter*>(w)->_msg = msgs[i];
+        if (!first && _machine->_core->resume_inline_ok())
+            first = w;  // resumed below, after the others are placed
+        else
+            w->wake();
+    }
+    if (first) static_cast<receive_awaiter*>(first)->resume_now();
+}
+
 // A receive that will not take its message after all puts it back where it came from.
 void message_stream::give_back(void* msg) {
     if (auto* w = _waiters.pop_front()) {
@@ -290,8 +310,12 @@ message_stream& machine::register_stream(std::uint32_t capacity) {
     s->_capacity = capacity;
     s->_return_at = (capacity + 1) / 2;
     if (capacity > 0) s->_owed.assign(num_pes(), 0);
-    s->_handler = _core->register_handler(
-        nullptr, [](void* msg, void* user) { static_cast<message_stream*>(user)->push(msg); }, s);
+    s->_handler = _core->register_batch_handler(
+        [](void* msg, void* user) { static_cast<message_stream*>(user)->push(msg); },
+        [](void* const* msgs, std::size_t n, void* user) {
+            static_cast<message_stream*>(user)->push(msgs, n);
+        },
+        s);
     const auto index = static_cast<std::size_t>(s->_handler);
     if (_stream_by_handler.size() <= index) _stream_by_handler.resize(index + 1, nullptr);
     _stream_by_handler[index] = s;

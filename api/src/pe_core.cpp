@@ -523,6 +523,11 @@ int pe_core::register_handler(CmiHandler h, CmiHandlerEx hx, void* user) {
     return static_cast<int>(_handlers.size() - 1);
 }
 
+int pe_core::register_batch_handler(CmiHandlerEx hx, batch_handler hb, void* user) {
+    _handlers.push_back(handler_entry{nullptr, hx, user, hb});
+    return static_cast<int>(_handlers.size() - 1);
+}
+
 void pe_core::number_handler(int n, CmiHandler h, CmiHandlerEx hx, void* user) {
     if (n < 0 || static_cast<std::uint32_t>(n) >= internal_handler_base)
         fatal("CmiNumberHandler: handler number " + std::to_string(n) +

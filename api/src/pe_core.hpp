@@ -161,7 +161,13 @@ public:
     double wall_time() const noexcept;
 
     // ---- handlers ------------------------------------------------------------------
+    /// A handler that takes several messages at once (a coroutine stream): `n` messages of
+    /// its own, in arrival order.
+    using batch_handler = void (*)(void* const* msgs, std::size_t n, void* user);
     int register_handler(CmiHandler h, CmiHandlerEx hx, void* user);
+    /// A handler that also takes the messages queued right behind one for it at once
+    /// (`hx` still takes a message alone).
+    int register_batch_handler(CmiHandlerEx hx, batch_handler hb, void* user);
     void set_internal_handler(internal_handler which, CmiHandlerEx hx, void* user) {
         _internal[static_cast<std::uint32_t>(which)] = handler_entry{nullptr, hx, user};
     }
@@ -299,6 +305,7 @@ private:
         CmiHandler fn = nullptr;
         CmiHandlerEx fnx = nullptr;
         void* user = nullptr;
+        batch_handler batch = nullptr;
         /// The function, for naming it in the hang report.
         const void* address() const noexcept {
             return fnx ? reinterpret_cast<const void*>(fnx) : reinterpret_cast<const void*>(fn);
@@ -450,6 +457,9 @@ private:
     }
     void* next_message();
     void call_handler(void* msg);
+    /// call_handler, or, for a batch handler, that handler with `msg` and the messages for it
+    /// queued right behind it (at most `limit` in all); returns how many it delivered.
+    std::size_t call_handler_batch(void* msg, std::size_t limit);
     [[gnu::noinline]] void call_handler_slow(void* msg);
     void run_idle_wait();
     void fire_timers();

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <vector>
 
@@ -90,6 +91,7 @@ coverse::task<void> late_ring(coverse::machine& m, coverse::message_stream& s) {
 struct streams {
     coverse::message_stream *ring, *big, *quiet, *self, *bounded, *late, *go;
     int stopper;
+    coverse::message_stream* burst;
 };
 
 // ownership-taking sends, typed payloads
@@ -404,6 +406,45 @@ coverse::task<void> credit_cancel_test(coverse::machine& m, streams st) {
     }
 }
 
+coverse::task<void> take_burst(coverse::message_stream& s, std::vector<int>* got) {
+    for (;;) {
+        const int v = co_await s.next<int>();
+        if (v < 0) co_return;
+        got->push_back(v);
+    }
+}
+
+// A burst into a stream that two tasks wait on: messages that arrive together go to the
+// stream at once (the waiting task takes them without suspending for each). Every message
+// arrives exactly once, and each task sees its share in the order sent.
+coverse::task<void> burst_test(coverse::machine& m, streams st) {
+    auto& burst = *st.burst;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const int pe = static_cast<int>(me);
+    constexpr int total = 3000;
+    std::vector<int> a, b;
+    coverse::task_scope receivers("burst receivers");
+    receivers.spawn(take_burst(burst, &a), "burst receiver a");
+    receivers.spawn(take_burst(burst, &b), "burst receiver b");
+    co_await m.barrier();  // both wait, on every PE
+    const std::uint32_t next = (me + 1) % n;
+    for (int i = 0; i < total; ++i)
+        co_await m.send_value(next, burst.handler(), i);
+    for (int i = 0; i < 2; ++i)
+        co_await m.send_value(next, burst.handler(), -1);  // one end for each task
+    co_await receivers.join();
+    EXPECT(a.size() + b.size() == total, "burst: %zu + %zu of %d messages", pe, a.size(), b.size(),
+           total);
+    EXPECT(std::adjacent_find(a.begin(), a.end(), std::greater_equal<int>()) == a.end() &&
+               std::adjacent_find(b.begin(), b.end(), std::greater_equal<int>()) == b.end(),
+           "burst: a task saw its messages out of order", pe);
+    std::vector<int> all(a);
+    all.insert(all.end(), b.begin(), b.end());
+    std::sort(all.begin(), all.end());
+    for (int i = 0; i < total; ++i)
+        EXPECT(all[static_cast<std::size_t>(i)] == i, "burst: message %d missing or twice", pe, i);
+}
+
 // typed collectives
 coverse::task<void> collectives(coverse::machine& m, streams) {
     const std::uint32_t me = m.pe(), n = m.num_pes();
@@ -635,7 +676,8 @@ coverse::task<void> scope_test(coverse::machine& m, streams st) {
 coverse::task<void> entry(coverse::machine& m) {
     streams st{
         &m.register_stream(),  &m.register_stream(), &m.register_stream(), &m.register_stream(),
-        &m.register_stream(2), &m.register_stream(), &m.register_stream(), 0};
+        &m.register_stream(2), &m.register_stream(), &m.register_stream(), 0,
+        &m.register_stream()};
     st_go = st.go;
     st_go_handler = st.go->handler();
     st.stopper = m.register_handler([](coverse::message) {
@@ -649,6 +691,7 @@ coverse::task<void> entry(coverse::machine& m) {
     co_await when_all_test(m, st);
     co_await bounded_test(m, st);
     co_await credit_cancel_test(m, st);
+    co_await burst_test(m, st);
     co_await collectives(m, st);
     co_await onesided(m, st);
     co_await onesided_cancel_test(m, st);

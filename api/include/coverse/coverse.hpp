@@ -274,6 +274,7 @@ public:
 private:
     friend class machine;
     void push(void* msg);
+    void push(void* const* msgs, std::size_t n);
     void give_back(void* msg);
     // A message taken by a receive: a credited one (its header's flags say so) owes its
     // sender a credit.
