@@ -36,7 +36,8 @@ typedef struct {
 
 /* ---- the message header ---------------------------------------------------------------
  * Every message starts with this header: the handler index, then the machine's fields
- * (broadcast root, internal flags). It is part of the wire format between coverse PEs. */
+ * (broadcast root, internal flags). It is part of the wire format between coverse PEs. A
+ * program need not initialise the machine's fields; a send may clear flags there. */
 #define CmiMsgHeaderSizeBytes 16
 typedef struct {
     uint32_t handler;

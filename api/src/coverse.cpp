@@ -162,9 +162,13 @@ void message_stream::credit_taken(void* msg) {
     if (from >= _owed.size()) [[unlikely]]
         return;
     std::uint32_t& owed = _owed[from];
-    if (++owed >= _return_at) {
+    ++owed;
+    if (owed >= _capacity) {
+        // Every credit of that sender: back at once (it may be waiting for them now).
         _machine->return_credits(from, _handler, owed);
         owed = 0;
+    } else if (owed == _return_at) {
+        _machine->credits_due(from, this);
     }
 }
 
@@ -337,6 +341,7 @@ semaphore& machine::credits(int handler, std::uint32_t pe) {
 
 void machine::return_credits(std::uint32_t to, int handler, std::uint32_t count) {
     if (_core->is_lost(to)) return;  // nobody will send again
+    ++_send_stats.credit_messages;
     const int size = static_cast<int>(CmiMsgHeaderSizeBytes + sizeof(credit_return));
     void* msg = CmiAlloc(size);
     CmiInitMsgHeader(msg, size);
@@ -347,19 +352,94 @@ void machine::return_credits(std::uint32_t to, int handler, std::uint32_t count)
     _core->send_for_api(to, msg);
 }
 
+// Credits owed to a PE go back at half the stream's capacity. A task that took them often
+// answers that PE in the same delivery (an acknowledgement, a reply): they then ride in
+// that send's header instead of a credit message of their own (stream_credit); what no
+// send took goes by a credit message when the delivery ends (pe_core::after_delivery),
+// or, when they came due outside a delivery (a task run from the ready queue), from a
+// task spawned for it. A credit message per window of a stream cost the coroutine API's
+// 8 B rate ~7 % (docs/perf.md, stop 29).
+void machine::credits_due(std::uint32_t pe, message_stream* stream) {
+    _due_credits.emplace_back(pe, stream);
+    if (_core->sched().in_delivery() || _due_flush_spawned) return;
+    _due_flush_spawned = true;
+    _core->sched().spawn(
+        [](machine* m) -> task<void> {
+            m->_due_flush_spawned = false;
+            m->return_due_credits();
+            co_return;
+        }(this),
+        "coverse stream credits");
+}
+
+namespace {
+constexpr std::uint32_t carried_count_bits = 16;
+constexpr std::uint32_t carried_count_max = (1u << carried_count_bits) - 1;
+}  // namespace
+
+std::uint32_t machine::take_due_credits(std::uint32_t pe) noexcept {
+    for (auto it = _due_credits.begin(); it != _due_credits.end();) {
+        message_stream* s = it->second;
+        if (it->first != pe) {
+            ++it;
+            continue;
+        }
+        const std::uint32_t owed = s->_owed[pe];
+        const auto handler = static_cast<std::uint32_t>(s->_handler);
+        if (owed == 0) {  // returned at capacity meanwhile
+            it = _due_credits.erase(it);
+            continue;
+        }
+        if (owed > carried_count_max || handler > 0xffffu) {  // a credit message then
+            ++it;
+            continue;
+        }
+        s->_owed[pe] = 0;
+        _due_credits.erase(it);
+        return handler << carried_count_bits | owed;
+    }
+    return 0;
+}
+
+void machine::restore_due_credits(std::uint32_t pe, std::uint32_t carried) noexcept {
+    message_stream* s = stream_for(static_cast<int>(carried >> carried_count_bits));
+    s->_owed[pe] += carried & carried_count_max;
+    _due_credits.emplace_back(pe, s);
+}
+
+void machine::return_due_credits() {
+    auto due = std::move(_due_credits);
+    _due_credits.clear();
+    for (auto [pe, s] : due) {
+        std::uint32_t& owed = s->_owed[pe];
+        if (owed == 0) continue;  // carried by a send, or returned at capacity
+        const std::uint32_t count = std::exchange(owed, 0);
+        return_credits(pe, s->_handler, count);
+    }
+}
+
+void machine::credits_carried(std::uint32_t from, std::uint32_t carried) {
+    credits_arrived(from, static_cast<int>(carried >> carried_count_bits),
+                    carried & carried_count_max);
+}
+
 void machine::on_credit(void* msg) {
     credit_return c{};
     if (static_cast<std::size_t>(CmiSize(msg)) >= CmiMsgHeaderSizeBytes + sizeof c)
         std::memcpy(&c, static_cast<std::byte*>(msg) + CmiMsgHeaderSizeBytes, sizeof c);
     CmiFree(msg);
-    message_stream* s = stream_for(c.handler);
-    if (!s || s->capacity() == 0 || c.from >= num_pes())
-        _core->abort_job("coverse: PE " + std::to_string(pe()) + " got " + std::to_string(c.count) +
-                         " credits for handler " + std::to_string(c.handler) + " from PE " +
-                         std::to_string(c.from) +
+    credits_arrived(c.from, c.handler, c.count);
+}
+
+void machine::credits_arrived(std::uint32_t from, int handler, std::uint32_t count) {
+    message_stream* s = stream_for(handler);
+    if (!s || s->capacity() == 0 || from >= num_pes())
+        _core->abort_job("coverse: PE " + std::to_string(pe()) + " got " + std::to_string(count) +
+                         " credits for handler " + std::to_string(handler) + " from PE " +
+                         std::to_string(from) +
                          ", which is no bounded stream here; register the same streams with " +
                          "the same capacities in the same order on every PE");
-    credits(c.handler, c.from).release(c.count);
+    credits(handler, from).release(count);
 }
 
 task<void> machine::send_bytes(std::uint32_t pe, std::span<const std::byte> bytes) {
@@ -454,6 +534,14 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
         CmiMsgHeaderBasic h{};
         h.handler = static_cast<std::uint32_t>(handler);
         if (credited) h.flags = credited_flags();
+        // Credits this PE owes `pe` ride along (not to this PE: a send to itself is no
+        // arrival, pe_core::accept_message never sees it).
+        const std::uint32_t carried =
+            _due_credits.empty() || pe == this->pe() ? 0 : take_due_credits(pe);
+        if (carried) {
+            h.flags |= detail::header_flag_carries_credits;
+            h.reserved = carried;
+        }
         std::memcpy(buf, &h, sizeof h);
         if (!payload.empty())
             std::memcpy(buf + CmiMsgHeaderSizeBytes, payload.data(), payload.size());
@@ -461,8 +549,10 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
             if (_core->is_lost(pe)) [[unlikely]]
                 throw peer_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
             ++_send_stats.copied_frameless;
+            if (carried) ++_send_stats.credits_riding;
             return true;
         }
+        if (carried) restore_due_credits(pe, carried);
     }
     // An allocated copy, which goes like a taken message (frameless when it fits now).
     try {

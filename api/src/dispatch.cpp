@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <coverse/alloc/config.hpp>
 #include <coverse/alloc/message.hpp>
@@ -91,6 +92,8 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
     if (!broadcast && size >= CmiMsgHeaderSizeBytes && !_grid.enabled() && !trace::enabled() &&
         header_of(msg)->handler < internal_handler_base) [[likely]] {
         ++_recv_seq[from];
+        if (header_of(msg)->flags & header_flag_carries_credits) [[unlikely]]
+            take_carried_credits(from, msg);
         header_of(msg)->flags &= ~header_flag_traced_receive;  // a sender's bit means nothing
         _net_queue.push_back(msg);
         _sched->end_turn();
@@ -99,8 +102,19 @@ void pe_core::accept_message(std::uint32_t from, void* msg, std::uint32_t size, 
     accept_message_slow(from, msg, size, broadcast, root);
 }
 
+// Stream credits a coroutine send carried back (machine::take_due_credits): to the machine,
+// and off the header, which the receiver's handler and tracing then have to themselves.
+void pe_core::take_carried_credits(std::uint32_t from, void* msg) {
+    CmiMsgHeaderBasic* h = header_of(msg);
+    const std::uint32_t carried = std::exchange(h->reserved, 0);
+    h->flags &= ~header_flag_carries_credits;
+    _machine.credits_carried(from, carried);
+}
+
 void pe_core::accept_message_slow(std::uint32_t from, void* msg, std::uint32_t size, bool broadcast,
                                   std::uint32_t root) {
+    if (size >= CmiMsgHeaderSizeBytes && (header_of(msg)->flags & header_flag_carries_credits))
+        take_carried_credits(from, msg);
     if (size < CmiMsgHeaderSizeBytes) {  // a peer's bug: report it, never hand it on
         if (msg) alloc::msg_free(msg);
         ++_recv_seq[from];
@@ -188,15 +202,20 @@ void pe_core::call_handler(void* msg) {
     if (n < _handlers.size() && (_handlers[n].fn || _handlers[n].fnx) &&
         !(header_of(msg)->flags & header_flag_traced_receive)) [[likely]] {
         const handler_entry& e = _handlers[n];
-        delivery_guard guard(*_sched);
-        const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n), e.address());
-        if (e.fnx)
-            e.fnx(msg, e.user);  // CmiRegisterHandlerEx, a coroutine stream
-        else
-            e.fn(msg);
+        {
+            delivery_guard guard(*_sched);
+            const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n),
+                                               e.address());
+            if (e.fnx)
+                e.fnx(msg, e.user);  // CmiRegisterHandlerEx, a coroutine stream
+            else
+                e.fn(msg);
+        }
+        after_delivery();
         return;
     }
     call_handler_slow(msg);
+    after_delivery();
 }
 
 // A coroutine stream takes the messages for it that wait right behind `msg` in the network
@@ -221,9 +240,12 @@ std::size_t pe_core::call_handler_batch(void* msg, std::size_t limit) {
     while (count < std::min(limit, most) && !_net_queue.empty() && same(_net_queue.front()))
         batch[count++] = pop_network();
     const handler_entry& e = _handlers[n];
-    delivery_guard guard(*_sched);
-    const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n), e.address());
-    e.batch(batch, count, e.user);
+    {
+        delivery_guard guard(*_sched);
+        const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n), e.address());
+        e.batch(batch, count, e.user);
+    }
+    after_delivery();
     return count;
 }
 

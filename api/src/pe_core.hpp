@@ -89,6 +89,10 @@ inline constexpr std::uint32_t header_flag_traced_receive = 0x1;
 /// sending PE is in the flags' bits from header_source_shift up.
 inline constexpr std::uint32_t header_flag_stream_credit = 0x2;
 inline constexpr std::uint32_t header_source_shift = 8;
+/// Header flag: the message also returns stream credits its sender owed the receiver,
+/// `reserved` = stream handler << 16 | count (machine::take_due_credits). Taken off at
+/// arrival (accept_message), before anything else reads the header.
+inline constexpr std::uint32_t header_flag_carries_credits = 0x4;
 /// Trace ids: send handles are (generation << 32 | slot); receive handles and broadcast
 /// forwards have their own id spaces, marked by the top bits.
 inline constexpr std::uint64_t receive_trace_id(std::uint32_t index) noexcept {
@@ -207,7 +211,7 @@ public:
     /// boundary), copied into the ring or slot: true when it went.
     bool send_now_borrowing(std::uint32_t dest, const void* msg, std::uint32_t size) {
         return try_send_now(static_cast<int>(dest), static_cast<int>(size), const_cast<void*>(msg),
-                            ownership::borrow);
+                            ownership::borrow, true);
     }
     task<void> finish_send(CmiCommHandle h, std::uint32_t dest);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
@@ -441,7 +445,14 @@ private:
     };
     /// The fast path of send(): true when the message is already in the peer's eager slot or
     /// ring (then nothing else is left to do); false: take the full path.
-    bool try_send_now(int dest, int size, void* msg, ownership own);
+    /// `carries`: the header may carry stream credits (the coroutine API's copying send made
+    /// it); any other send's header has that flag cleared (a Converse program's header may
+    /// hold anything there: a stack message with only its handler set).
+    bool try_send_now(int dest, int size, void* msg, ownership own, bool carries = false);
+    static void clear_carried_flag(void* msg) noexcept {
+        if (header_of(msg)->flags & header_flag_carries_credits) [[unlikely]]
+            header_of(msg)->flags &= ~header_flag_carries_credits;
+    }
     void check_message(int size, const void* msg, const char* caller);
     open_send begin_send(int size, void* msg, ownership own, const char* caller);
     void send_to_self(const open_send& o, const char* caller);
@@ -457,10 +468,16 @@ private:
     }
     void* next_message();
     void call_handler(void* msg);
+    /// After a handler call: at the end of the outermost one, stream credits that came due
+    /// in it and rode on no send go back now (machine::credits_due).
+    void after_delivery() {
+        if (!_machine._due_credits.empty() && !_sched->in_delivery()) _machine.return_due_credits();
+    }
     /// call_handler, or, for a batch handler, that handler with `msg` and the messages for it
     /// queued right behind it (at most `limit` in all); returns how many it delivered.
     std::size_t call_handler_batch(void* msg, std::size_t limit);
     [[gnu::noinline]] void call_handler_slow(void* msg);
+    void take_carried_credits(std::uint32_t from, void* msg);
     void run_idle_wait();
     void fire_timers();
     void raise_periodic(double now);

@@ -91,7 +91,8 @@ coverse::task<void> late_ring(coverse::machine& m, coverse::message_stream& s) {
 struct streams {
     coverse::message_stream *ring, *big, *quiet, *self, *bounded, *late, *go;
     int stopper;
-    coverse::message_stream* burst;
+    coverse::message_stream *burst, *window, *window_ack;
+    int garbage;
 };
 
 // ownership-taking sends, typed payloads
@@ -445,6 +446,68 @@ coverse::task<void> burst_test(coverse::machine& m, streams st) {
         EXPECT(all[static_cast<std::size_t>(i)] == i, "burst: message %d missing or twice", pe, i);
 }
 
+int garbage_hits = 0;
+
+coverse::task<void> serve_windows(coverse::machine& m, streams st, std::uint32_t to, int windows) {
+    const int pe = static_cast<int>(m.pe());
+    for (int k = 0; k < windows; ++k) {
+        for (int i = 0; i < 4; ++i) {
+            const int v = co_await st.window->next<int>();
+            EXPECT(v == k * 4 + i, "window %d: got %d", pe, k, v);
+        }
+        co_await m.send_value(to, st.window_ack->handler(), k);
+    }
+}
+
+// Stream credits come back riding in the header of the receiver's replies: a stream of
+// capacity 8 (its credits due after 4 taken), windows of 4 each answered by an unbounded
+// acknowledgement. Every window's credits went back exactly once, in the acknowledgement's
+// header where that went from the stack into the ring, else by a credit message. A Converse
+// message whose header holds anything in the machine's fields (a stack message with only
+// its handler set) is delivered as it is, no flag of it taken for credits.
+coverse::task<void> credits_ride_test(coverse::machine& m, streams st) {
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const int pe = static_cast<int>(me);
+    constexpr int windows = 50;
+    co_await m.barrier();
+    const coverse::machine::send_counters before = m.send_stats();
+    coverse::task_scope server("window server");
+    server.spawn(serve_windows(m, st, prev, windows), "window server");
+    for (int k = 0; k < windows; ++k) {
+        for (int i = 0; i < 4; ++i)
+            co_await m.send_value(next, st.window->handler(), k * 4 + i);
+        const int a = co_await st.window_ack->next<int>();
+        EXPECT(a == k, "window %d acknowledged as %d", pe, k, a);
+    }
+    co_await server.join();
+    co_await m.barrier();  // the last window's credits leave when the delivery that took it ends
+    const auto& after = m.send_stats();
+    const std::uint64_t riding = after.credits_riding - before.credits_riding;
+    const std::uint64_t messages = after.credit_messages - before.credit_messages;
+    EXPECT(riding + messages == windows, "credits of %d windows went back %llu + %llu times", pe,
+           windows, static_cast<unsigned long long>(riding),
+           static_cast<unsigned long long>(messages));
+    if (n > 1 && coverse::settings::enabled("SHM"))
+        EXPECT(riding > 0, "no credits rode in an acknowledgement (%llu credit messages)", pe,
+               static_cast<unsigned long long>(messages));
+    else
+        EXPECT(riding == 0, "%llu credits rode without a ring", pe,
+               static_cast<unsigned long long>(riding));
+
+    struct {
+        char header[CmiMsgHeaderSizeBytes];
+        int value;
+    } junk;
+    std::memset(&junk, 0xff, sizeof junk);
+    CmiSetHandler(&junk, st.garbage);
+    CmiSyncSend(static_cast<int>(next), sizeof junk, &junk);
+    for (int waited = 0; garbage_hits < 1; ++waited) {
+        EXPECT(waited < 10000, "a message with a header full of ones never came", pe);
+        co_await coverse::sleep_for(1ms);
+    }
+}
+
 // typed collectives
 coverse::task<void> collectives(coverse::machine& m, streams) {
     const std::uint32_t me = m.pe(), n = m.num_pes();
@@ -675,11 +738,12 @@ coverse::task<void> scope_test(coverse::machine& m, streams st) {
 
 coverse::task<void> entry(coverse::machine& m) {
     streams st{
-        &m.register_stream(),  &m.register_stream(), &m.register_stream(), &m.register_stream(),
-        &m.register_stream(2), &m.register_stream(), &m.register_stream(), 0,
-        &m.register_stream()};
+        &m.register_stream(),  &m.register_stream(),  &m.register_stream(),  &m.register_stream(),
+        &m.register_stream(2), &m.register_stream(),  &m.register_stream(),  0,
+        &m.register_stream(),  &m.register_stream(8), &m.register_stream(0), 0};
     st_go = st.go;
     st_go_handler = st.go->handler();
+    st.garbage = m.register_handler([](coverse::message) { ++garbage_hits; });
     st.stopper = m.register_handler([](coverse::message) {
         ++stop_handler_hits;
         if (stop_delivers_first >= 0) CmiDeliverSpecificMsg(stop_delivers_first);
@@ -692,6 +756,7 @@ coverse::task<void> entry(coverse::machine& m) {
     co_await bounded_test(m, st);
     co_await credit_cancel_test(m, st);
     co_await burst_test(m, st);
+    co_await credits_ride_test(m, st);
     co_await collectives(m, st);
     co_await onesided(m, st);
     co_await onesided_cancel_test(m, st);

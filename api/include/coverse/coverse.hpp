@@ -508,6 +508,10 @@ public:
     struct send_counters {
         std::uint64_t copied_frameless = 0;
         std::uint64_t copied_allocated = 0;
+        /// Stream credits this PE returned: in the header of a copying send to that PE
+        /// (riding), and by a credit message of their own.
+        std::uint64_t credits_riding = 0;
+        std::uint64_t credit_messages = 0;
     };
     const send_counters& send_stats() const noexcept { return _send_stats; }
 
@@ -589,12 +593,28 @@ private:
     message_stream* stream_for(int handler) noexcept;
     semaphore& credits(int handler, std::uint32_t pe);
     void return_credits(std::uint32_t to, int handler, std::uint32_t count);
+    /// Credits a stream owes `pe` reached its return point (`stream` took them): they go
+    /// back with this PE's next copying send to `pe` in the same delivery, else at its end.
+    void credits_due(std::uint32_t pe, message_stream* stream);
+    /// Due credits for `pe` as a send's header carries them (stream handler << 16 | count),
+    /// taken off the due list; 0 when none (or they do not fit the field).
+    std::uint32_t take_due_credits(std::uint32_t pe) noexcept;
+    /// A send that took them did not go: they are due again.
+    void restore_due_credits(std::uint32_t pe, std::uint32_t carried) noexcept;
+    /// Sends what is still due, each by a credit message (the end of a delivery).
+    void return_due_credits();
+    /// Credits that arrived in a message's header from `from` (pe_core::accept_message).
+    void credits_carried(std::uint32_t from, std::uint32_t carried);
+    void credits_arrived(std::uint32_t from, int handler, std::uint32_t count);
     void on_credit(void* msg);
     void on_collective(void* msg);
     void on_peer_lost(void* msg);
 
     detail::pe_core* _core;
     std::vector<std::unique_ptr<message_stream>> _streams;
+    // Streams whose credits owed to a PE reached their return point: (PE, stream).
+    std::vector<std::pair<std::uint32_t, message_stream*>> _due_credits;
+    bool _due_flush_spawned = false;  // a task returns them (credits came due outside a delivery)
     // By handler index (handlers are numbered from 0): every send looks its stream up.
     std::vector<message_stream*> _stream_by_handler;
     std::vector<std::unique_ptr<std::function<void(message)>>> _functions;
