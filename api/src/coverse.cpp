@@ -122,24 +122,20 @@ void message_stream::push(void* msg) {
     _queue.push_back(msg);
 }
 
-// Messages that arrived together, as push() of each in turn would hand them out, except that
-// the task resumed inline runs once they are all placed: it takes the queued ones without
-// suspending (receive_awaiter::try_now).
+// Messages that arrived together. With one task waiting (or none), that task gets the first
+// and the rest are queued before it is resumed: it takes them without suspending for each.
+// With more waiting, each message goes as push() of each in turn would hand it out (which
+// task gets which, and in what order they run, stay as they were).
 void message_stream::push(void* const* msgs, std::size_t n) {
-    detail::waiter* first = nullptr;
-    for (std::size_t i = 0; i < n; ++i) {
-        auto* w = _waiters.pop_front();
-        if (!w) {
-            _queue.push_back(msgs[i]);
-            continue;
-        }
-        static_cast<receive_awaiter*>(w)->_msg = msgs[i];
-        if (!first && _machine->_core->resume_inline_ok())
-            first = w;  // resumed below, after the others are placed
-        else
-            w->wake();
+    const detail::waiter* w = _waiters.front();
+    if (!w || w->next) {  // none waits (all are queued), or several do
+        for (std::size_t i = 0; i < n; ++i)
+            push(msgs[i]);
+        return;
     }
-    if (first) static_cast<receive_awaiter*>(first)->resume_now();
+    for (std::size_t i = 1; i < n; ++i)  // the queue is empty while a task waits
+        _queue.push_back(msgs[i]);
+    push(msgs[0]);
 }
 
 // A receive that will not take its message after all puts it back where it came from.
@@ -353,23 +349,31 @@ void machine::return_credits(std::uint32_t to, int handler, std::uint32_t count)
 }
 
 // Credits owed to a PE go back at half the stream's capacity. A task that took them often
-// answers that PE in the same delivery (an acknowledgement, a reply): they then ride in
-// that send's header instead of a credit message of their own (stream_credit); what no
-// send took goes by a credit message when the delivery ends (pe_core::after_delivery),
-// or, when they came due outside a delivery (a task run from the ready queue), from a
-// task spawned for it. A credit message per window of a stream cost the coroutine API's
-// 8 B rate ~7 % (docs/perf.md, stop 29).
+// answers that PE before it suspends (an acknowledgement, a reply): they then ride in that
+// copying send's header instead of a credit message of their own (stream_credit). What no
+// send took goes by a credit message from a task spawned when they came due, which runs
+// once the task that took them suspends, in whatever loop runs then (a nested one too: a
+// task that waits inside CmiDeliverSpecificMsg for what the sender sends after its next
+// window must not hold the credits that window needs). A credit message per window of a
+// stream cost the coroutine API's 8 B rate ~7 % (docs/perf.md, stop 29).
 void machine::credits_due(std::uint32_t pe, message_stream* stream) {
     _due_credits.emplace_back(pe, stream);
-    if (_core->sched().in_delivery() || _due_flush_spawned) return;
+    if (_due_flush_spawned || _closing) return;
     _due_flush_spawned = true;
     _core->sched().spawn(
         [](machine* m) -> task<void> {
             m->_due_flush_spawned = false;
-            m->return_due_credits();
+            if (!m->_closing) m->return_due_credits();
             co_return;
         }(this),
-        "coverse stream credits");
+        "stream credits");
+}
+
+// The PE shuts down: what is due goes now (its tasks are done), and nothing after.
+void machine::close_credits() {
+    if (_closing) return;
+    return_due_credits();
+    _closing = true;
 }
 
 namespace {
@@ -401,10 +405,10 @@ std::uint32_t machine::take_due_credits(std::uint32_t pe) noexcept {
     return 0;
 }
 
-void machine::restore_due_credits(std::uint32_t pe, std::uint32_t carried) noexcept {
+void machine::restore_due_credits(std::uint32_t pe, std::uint32_t carried) {
     message_stream* s = stream_for(static_cast<int>(carried >> carried_count_bits));
     s->_owed[pe] += carried & carried_count_max;
-    _due_credits.emplace_back(pe, s);
+    credits_due(pe, s);
 }
 
 void machine::return_due_credits() {

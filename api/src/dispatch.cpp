@@ -202,20 +202,15 @@ void pe_core::call_handler(void* msg) {
     if (n < _handlers.size() && (_handlers[n].fn || _handlers[n].fnx) &&
         !(header_of(msg)->flags & header_flag_traced_receive)) [[likely]] {
         const handler_entry& e = _handlers[n];
-        {
-            delivery_guard guard(*_sched);
-            const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n),
-                                               e.address());
-            if (e.fnx)
-                e.fnx(msg, e.user);  // CmiRegisterHandlerEx, a coroutine stream
-            else
-                e.fn(msg);
-        }
-        after_delivery();
+        delivery_guard guard(*_sched);
+        const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n), e.address());
+        if (e.fnx)
+            e.fnx(msg, e.user);  // CmiRegisterHandlerEx, a coroutine stream
+        else
+            e.fn(msg);
         return;
     }
     call_handler_slow(msg);
-    after_delivery();
 }
 
 // A coroutine stream takes the messages for it that wait right behind `msg` in the network
@@ -240,12 +235,9 @@ std::size_t pe_core::call_handler_batch(void* msg, std::size_t limit) {
     while (count < std::min(limit, most) && !_net_queue.empty() && same(_net_queue.front()))
         batch[count++] = pop_network();
     const handler_entry& e = _handlers[n];
-    {
-        delivery_guard guard(*_sched);
-        const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n), e.address());
-        e.batch(batch, count, e.user);
-    }
-    after_delivery();
+    delivery_guard guard(*_sched);
+    const pe_activity::in_handler mark(_activity, static_cast<std::int32_t>(n), e.address());
+    e.batch(batch, count, e.user);
     return count;
 }
 
@@ -344,8 +336,13 @@ int pe_core::schedule(int max_msgs, bool poll_only) {
             }
             // A coroutine stream's handler resumes the task waiting for the message inline
             // (resume_inline_ok), unless this loop runs inside another handler.
-            delivered += static_cast<int>(call_handler_batch(
-                msg, max_msgs > 0 ? static_cast<std::size_t>(max_msgs - delivered) : SIZE_MAX));
+            if (_net_queue.empty()) {  // a lone message (a ping-pong): no run to look for
+                call_handler(msg);
+                ++delivered;
+            } else {
+                delivered += static_cast<int>(call_handler_batch(
+                    msg, max_msgs > 0 ? static_cast<std::size_t>(max_msgs - delivered) : SIZE_MAX));
+            }
             // The handler's sends over connections leave now, together (its ring sends
             // went already); then a task it woke otherwise (an event, a semaphore) runs too,
             // before the loop looks for the next message.

@@ -619,6 +619,7 @@ void pe_core::relay_abort(const std::string& text) {
 
 void pe_core::shutdown() {
     if (_shut_down) return;
+    _machine.close_credits();  // before the sends drain: a credit message is one of them
     // Every pending send first (a rendezvous ends at its get-done), then every rendezvous we
     // are fetching, then the disconnect handshake, which still serves what peers started
     // meanwhile: nothing in flight is lost.

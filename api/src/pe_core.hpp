@@ -468,11 +468,6 @@ private:
     }
     void* next_message();
     void call_handler(void* msg);
-    /// After a handler call: at the end of the outermost one, stream credits that came due
-    /// in it and rode on no send go back now (machine::credits_due).
-    void after_delivery() {
-        if (!_machine._due_credits.empty() && !_sched->in_delivery()) _machine.return_due_credits();
-    }
     /// call_handler, or, for a batch handler, that handler with `msg` and the messages for it
     /// queued right behind it (at most `limit` in all); returns how many it delivered.
     std::size_t call_handler_batch(void* msg, std::size_t limit);

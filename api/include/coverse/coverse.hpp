@@ -594,15 +594,18 @@ private:
     semaphore& credits(int handler, std::uint32_t pe);
     void return_credits(std::uint32_t to, int handler, std::uint32_t count);
     /// Credits a stream owes `pe` reached its return point (`stream` took them): they go
-    /// back with this PE's next copying send to `pe` in the same delivery, else at its end.
+    /// back with this PE's next copying send to `pe`, else by a credit message from a task
+    /// spawned now (it runs once the taking task suspends).
     void credits_due(std::uint32_t pe, message_stream* stream);
     /// Due credits for `pe` as a send's header carries them (stream handler << 16 | count),
     /// taken off the due list; 0 when none (or they do not fit the field).
     std::uint32_t take_due_credits(std::uint32_t pe) noexcept;
     /// A send that took them did not go: they are due again.
-    void restore_due_credits(std::uint32_t pe, std::uint32_t carried) noexcept;
-    /// Sends what is still due, each by a credit message (the end of a delivery).
+    void restore_due_credits(std::uint32_t pe, std::uint32_t carried);
+    /// Sends what is still due, each by a credit message.
     void return_due_credits();
+    /// At shutdown: returns what is due, and stops the spawned returns.
+    void close_credits();
     /// Credits that arrived in a message's header from `from` (pe_core::accept_message).
     void credits_carried(std::uint32_t from, std::uint32_t carried);
     void credits_arrived(std::uint32_t from, int handler, std::uint32_t count);
@@ -614,7 +617,8 @@ private:
     std::vector<std::unique_ptr<message_stream>> _streams;
     // Streams whose credits owed to a PE reached their return point: (PE, stream).
     std::vector<std::pair<std::uint32_t, message_stream*>> _due_credits;
-    bool _due_flush_spawned = false;  // a task returns them (credits came due outside a delivery)
+    bool _due_flush_spawned = false;  // a task will return them
+    bool _closing = false;            // the PE shuts down: close_credits() ran
     // By handler index (handlers are numbered from 0): every send looks its stream up.
     std::vector<message_stream*> _stream_by_handler;
     std::vector<std::unique_ptr<std::function<void(message)>>> _functions;
