@@ -93,6 +93,8 @@ struct streams {
     int stopper;
     coverse::message_stream *burst, *window, *window_ack;
     int garbage;
+    coverse::message_stream* nested;
+    int nested_done;
 };
 
 // ownership-taking sends, typed payloads
@@ -510,6 +512,41 @@ coverse::task<void> credits_ride_test(coverse::machine& m, streams st) {
     }
 }
 
+int nested_done_hits = 0;
+void nested_done_handler(void* msg) {
+    CmiFree(msg);
+    ++nested_done_hits;
+}
+
+// Credits that came due in a task that then waits in a nested loop go back from there: PE 1
+// takes 4 of PE 0's 12 messages on a stream of capacity 8, then waits inside
+// CmiDeliverSpecificMsg for the message PE 0 sends after all 12, which PE 0 can send only
+// with those 4 credits back.
+coverse::task<void> nested_wait_test(coverse::machine& m, streams st) {
+    if (m.num_pes() < 2) co_return;
+    const int pe = static_cast<int>(m.pe());
+    co_await m.barrier();
+    if (m.pe() == 0) {
+        for (int i = 0; i < 12; ++i)
+            co_await m.send_value(1, st.nested->handler(), i);
+        struct {
+            char header[CmiMsgHeaderSizeBytes];
+        } done;
+        CmiInitMsgHeader(&done, sizeof done);
+        CmiSetHandler(&done, st.nested_done);
+        CmiSyncSend(1, sizeof done, &done);
+    } else if (m.pe() == 1) {
+        for (int i = 0; i < 4; ++i)
+            EXPECT(co_await st.nested->next<int>() == i, "nested: message %d", pe, i);
+        CmiDeliverSpecificMsg(st.nested_done);
+        EXPECT(nested_done_hits == 1, "nested: the done message ran %d times", pe,
+               nested_done_hits);
+        for (int i = 4; i < 12; ++i)
+            EXPECT(co_await st.nested->next<int>() == i, "nested: message %d", pe, i);
+    }
+    co_await m.barrier();
+}
+
 // typed collectives
 coverse::task<void> collectives(coverse::machine& m, streams) {
     const std::uint32_t me = m.pe(), n = m.num_pes();
@@ -739,10 +776,14 @@ coverse::task<void> scope_test(coverse::machine& m, streams st) {
 }
 
 coverse::task<void> entry(coverse::machine& m) {
-    streams st{
-        &m.register_stream(),  &m.register_stream(),  &m.register_stream(),  &m.register_stream(),
-        &m.register_stream(2), &m.register_stream(),  &m.register_stream(),  0,
-        &m.register_stream(),  &m.register_stream(8), &m.register_stream(0), 0};
+    streams st{&m.register_stream(),  &m.register_stream(),
+               &m.register_stream(),  &m.register_stream(),
+               &m.register_stream(2), &m.register_stream(),
+               &m.register_stream(),  0,
+               &m.register_stream(),  &m.register_stream(8),
+               &m.register_stream(0), 0,
+               &m.register_stream(8), 0};
+    st.nested_done = CmiRegisterHandler(nested_done_handler);
     st_go = st.go;
     st_go_handler = st.go->handler();
     st.garbage = m.register_handler([](coverse::message) { ++garbage_hits; });
@@ -759,6 +800,7 @@ coverse::task<void> entry(coverse::machine& m) {
     co_await credit_cancel_test(m, st);
     co_await burst_test(m, st);
     co_await credits_ride_test(m, st);
+    co_await nested_wait_test(m, st);
     co_await collectives(m, st);
     co_await onesided(m, st);
     co_await onesided_cancel_test(m, st);
