@@ -310,12 +310,11 @@ message_stream& machine::register_stream(std::uint32_t capacity) {
     s->_capacity = capacity;
     s->_return_at = (capacity + 1) / 2;
     if (capacity > 0) s->_owed.assign(num_pes(), 0);
-    s->_handler = _core->register_batch_handler(
-        [](void* msg, void* user) { static_cast<message_stream*>(user)->push(msg); },
+    s->_handler = _core->register_handler(
+        nullptr, [](void* msg, void* user) { static_cast<message_stream*>(user)->push(msg); }, s,
         [](void* const* msgs, std::size_t n, void* user) {
             static_cast<message_stream*>(user)->push(msgs, n);
-        },
-        s);
+        });
     const auto index = static_cast<std::size_t>(s->_handler);
     if (_stream_by_handler.size() <= index) _stream_by_handler.resize(index + 1, nullptr);
     _stream_by_handler[index] = s;
@@ -377,8 +376,10 @@ void machine::close_credits() {
 }
 
 namespace {
+// What a header's `reserved` carries: the stream's handler above, the count below.
 constexpr std::uint32_t carried_count_bits = 16;
 constexpr std::uint32_t carried_count_max = (1u << carried_count_bits) - 1;
+constexpr std::uint32_t carried_handler_max = ~0u >> carried_count_bits;
 }  // namespace
 
 std::uint32_t machine::take_due_credits(std::uint32_t pe) noexcept {
@@ -394,7 +395,7 @@ std::uint32_t machine::take_due_credits(std::uint32_t pe) noexcept {
             it = _due_credits.erase(it);
             continue;
         }
-        if (owed > carried_count_max || handler > 0xffffu) {  // a credit message then
+        if (owed > carried_count_max || handler > carried_handler_max) {  // a credit message
             ++it;
             continue;
         }
@@ -412,13 +413,13 @@ void machine::restore_due_credits(std::uint32_t pe, std::uint32_t carried) {
 }
 
 void machine::return_due_credits() {
-    auto due = std::move(_due_credits);
-    _due_credits.clear();
-    for (auto [pe, s] : due) {
-        std::uint32_t& owed = s->_owed[pe];
-        if (owed == 0) continue;  // carried by a send, or returned at capacity
-        const std::uint32_t count = std::exchange(owed, 0);
-        return_credits(pe, s->_handler, count);
+    // Each entry off the list before its send, which may run tasks that add to it; the
+    // list keeps its storage from window to window.
+    while (!_due_credits.empty()) {
+        const auto [pe, s] = _due_credits.back();
+        _due_credits.pop_back();
+        if (const std::uint32_t count = std::exchange(s->_owed[pe], 0))
+            return_credits(pe, s->_handler, count);  // else carried, or returned at capacity
     }
 }
 

@@ -518,13 +518,8 @@ void pe_core::lose_peer(std::uint32_t pe, const std::string& why) {
 // ---------------------------------------------------------------------------------------
 // Handlers
 
-int pe_core::register_handler(CmiHandler h, CmiHandlerEx hx, void* user) {
-    _handlers.push_back(handler_entry{h, hx, user});
-    return static_cast<int>(_handlers.size() - 1);
-}
-
-int pe_core::register_batch_handler(CmiHandlerEx hx, batch_handler hb, void* user) {
-    _handlers.push_back(handler_entry{nullptr, hx, user, hb});
+int pe_core::register_handler(CmiHandler h, CmiHandlerEx hx, void* user, batch_handler hb) {
+    _handlers.push_back(handler_entry{h, hx, user, hb});
     return static_cast<int>(_handlers.size() - 1);
 }
 

@@ -168,10 +168,9 @@ public:
     /// A handler that takes several messages at once (a coroutine stream): `n` messages of
     /// its own, in arrival order.
     using batch_handler = void (*)(void* const* msgs, std::size_t n, void* user);
-    int register_handler(CmiHandler h, CmiHandlerEx hx, void* user);
-    /// A handler that also takes the messages queued right behind one for it at once
+    /// `hb`, when given, also takes the messages queued right behind one for it at once
     /// (`hx` still takes a message alone).
-    int register_batch_handler(CmiHandlerEx hx, batch_handler hb, void* user);
+    int register_handler(CmiHandler h, CmiHandlerEx hx, void* user, batch_handler hb = nullptr);
     void set_internal_handler(internal_handler which, CmiHandlerEx hx, void* user) {
         _internal[static_cast<std::uint32_t>(which)] = handler_entry{nullptr, hx, user};
     }
