@@ -148,6 +148,13 @@ void message_stream::give_back(void* msg) {
     _queue.push_front(msg);
 }
 
+std::uint32_t message_stream::credits_for(std::uint32_t pe) const noexcept {
+    if (_capacity == 0) return unbounded_credits;
+    if (pe < _credits.size() && _credits[pe])
+        return static_cast<std::uint32_t>(_credits[pe]->available());
+    return _capacity;
+}
+
 void message_stream::credit_taken(void* msg) {
     static_assert(header_credit_bit == detail::header_flag_stream_credit);
     CmiMsgHeaderBasic* h = header_of(msg);
@@ -494,6 +501,9 @@ bool machine::send_at_once(std::uint32_t pe, message& msg, semaphore*& wait) {
         if (!msg) throw std::invalid_argument("coverse::machine::send: an empty message");
         check_not_lost(pe, "a send to it");
     }
+    // A message the API did not compose (adopted from a Converse handler) may hold
+    // anything in the API's header flags; what they say is set here.
+    detail::clear_api_flags(msg.get());
     if (semaphore* c = bounded_credits(msg.handler(), pe)) {
         if (!c->try_acquire()) {
             wait = c;
@@ -607,8 +617,14 @@ task<void> machine::send(std::uint32_t pe, std::span<const std::byte> msg) {
     if (msg.size() < CmiMsgHeaderSizeBytes)
         throw std::invalid_argument("coverse::machine::send: " + std::to_string(msg.size()) +
                                     " bytes is shorter than the Converse header");
-    const int h = static_cast<int>(reinterpret_cast<const CmiMsgHeaderBasic*>(msg.data())->handler);
-    if (message_stream* s = stream_for(h); s && s->capacity() > 0) {
+    CmiMsgHeaderBasic head;
+    std::memcpy(&head, msg.data(), sizeof head);
+    const int h = static_cast<int>(head.handler);
+    // A bounded stream's credit is taken on a message of our own; so is a header holding the
+    // API's flags (by chance: the caller's bytes are read-only), which send() then clears.
+    if (message_stream* s = stream_for(h);
+        (s && s->capacity() > 0) ||
+        (head.flags & (detail::header_flag_stream_credit | detail::header_flag_carries_credits))) {
         message copy = message::allocate(h, msg.size() - CmiMsgHeaderSizeBytes);
         std::memcpy(copy.bytes().data(), msg.data(), msg.size());
         co_await send(pe, std::move(copy));

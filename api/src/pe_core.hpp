@@ -93,6 +93,14 @@ inline constexpr std::uint32_t header_source_shift = 8;
 /// `reserved` = stream handler << 16 | count (machine::take_due_credits). Taken off at
 /// arrival (accept_message), before anything else reads the header.
 inline constexpr std::uint32_t header_flag_carries_credits = 0x4;
+/// Clears the coroutine API's header flags (stream credit, its source PE, carried credits)
+/// from a header the API did not compose: set by chance in a Converse program's header they
+/// would return credits nobody spent, or abort the job.
+inline void clear_api_flags(void* msg) noexcept {
+    constexpr std::uint32_t api_flags = header_flag_stream_credit | header_flag_carries_credits;
+    if (header_of(msg)->flags & api_flags) [[unlikely]]
+        header_of(msg)->flags &= ~(api_flags | (~0u << header_source_shift));
+}
 /// Trace ids: send handles are (generation << 32 | slot); receive handles and broadcast
 /// forwards have their own id spaces, marked by the top bits.
 inline constexpr std::uint64_t receive_trace_id(std::uint32_t index) noexcept {
@@ -204,7 +212,7 @@ public:
     /// done and `msg` freed; false leaves it to the caller.
     bool send_now_taking(std::uint32_t dest, void* msg) {
         return try_send_now(static_cast<int>(dest), static_cast<int>(alloc::msg_size(msg)), msg,
-                            ownership::take);
+                            ownership::take, true);
     }
     /// The same from a caller's buffer (a whole message of `size` bytes, at most the small
     /// boundary), copied into the ring or slot: true when it went.
@@ -444,14 +452,11 @@ private:
     };
     /// The fast path of send(): true when the message is already in the peer's eager slot or
     /// ring (then nothing else is left to do); false: take the full path.
-    /// `carries`: the header may carry stream credits (the coroutine API's copying send made
-    /// it); any other send's header has that flag cleared (a Converse program's header may
-    /// hold anything there: a stack message with only its handler set).
-    bool try_send_now(int dest, int size, void* msg, ownership own, bool carries = false);
-    static void clear_carried_flag(void* msg) noexcept {
-        if (header_of(msg)->flags & header_flag_carries_credits) [[unlikely]]
-            header_of(msg)->flags &= ~header_flag_carries_credits;
-    }
+    /// `api_header`: the coroutine API composed the header (its credit and carried-credit
+    /// flags mean what they say); any other send's header has those flags cleared (a
+    /// Converse program's header may hold anything there: a stack message with only its
+    /// handler set). So do sends the API opens through send() (_api_send).
+    bool try_send_now(int dest, int size, void* msg, ownership own, bool api_header = false);
     void check_message(int size, const void* msg, const char* caller);
     open_send begin_send(int size, void* msg, ownership own, const char* caller);
     void send_to_self(const open_send& o, const char* caller);

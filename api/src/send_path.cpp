@@ -165,14 +165,14 @@ void pe_core::frame_done(frame_ticket& t, int result) {
 // no completion, no copy of our own. It needs what the full path would have done at once
 // anyway: nothing queued before it to that PE (order), tracing off (tracing records a handle
 // per send), and a size the stream path takes (not a rendezvous).
-bool pe_core::try_send_now(int dest, int size, void* msg, ownership own, bool carries) {
+bool pe_core::try_send_now(int dest, int size, void* msg, ownership own, bool api_header) {
     const auto usize = static_cast<std::uint32_t>(size);
     if (!_rdma || static_cast<std::uint32_t>(dest) >= _num_pes ||
         static_cast<std::uint32_t>(dest) == _pe || size < CmiMsgHeaderSizeBytes || !msg ||
         usize > _medium_boundary || (own == ownership::borrow && usize > _small_boundary) ||
         trace::enabled())
         return false;
-    if (!carries) clear_carried_flag(msg);
+    if (!api_header && !_api_send) clear_api_flags(msg);
     if (!_rdma->try_send_now(static_cast<std::uint32_t>(dest), static_cast<const std::byte*>(msg),
                              usize))
         return false;
@@ -198,7 +198,7 @@ void pe_core::check_message(int size, const void* msg, const char* caller) {
 // the caller's for AndFree and large Async ones) and its handle, held until end_send().
 pe_core::open_send pe_core::begin_send(int size, void* msg, ownership own, const char* caller) {
     const auto usize = static_cast<std::uint32_t>(size);
-    if (msg && usize >= CmiMsgHeaderSizeBytes) clear_carried_flag(msg);
+    if (msg && usize >= CmiMsgHeaderSizeBytes && !_api_send) clear_api_flags(msg);
     // Small async sends are copied: the caller gets handle 0 and its buffer back at once.
     if (own == ownership::borrow && usize <= _small_boundary) own = ownership::copy;
     // A large Sync send goes by rendezvous straight from the caller's buffer and returns

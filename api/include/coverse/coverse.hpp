@@ -270,6 +270,11 @@ public:
     int handler() const noexcept { return _handler; }
     /// Credits per sending PE (0: unbounded).
     std::uint32_t capacity() const noexcept { return _capacity; }
+    /// Sends this PE may make now to `pe`'s stream of this handler without waiting: the
+    /// credits it holds for it (the capacity until one is spent; unbounded_credits for an
+    /// unbounded stream).
+    std::uint32_t credits_for(std::uint32_t pe) const noexcept;
+    static constexpr std::uint32_t unbounded_credits = ~0u;
 
 private:
     friend class machine;
