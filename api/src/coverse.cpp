@@ -511,6 +511,7 @@ bool machine::send_at_once(std::uint32_t pe, message& msg, semaphore*& wait) {
         }
         mark_credited(msg);
     }
+    carry_due_credits(pe, msg);
     return send_small(pe, msg);
 }
 
@@ -578,6 +579,7 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
     }
     ++_send_stats.copied_allocated;
     if (credited) mark_credited(msg);
+    carry_due_credits(pe, msg);
     return send_small(pe, msg);
 }
 
@@ -588,6 +590,7 @@ task<void> machine::send_rest(std::uint32_t pe, message msg, semaphore* wait) {
                              wait->acquire());
         check_not_lost(pe, "a send to it, waiting for a credit");
         mark_credited(msg);
+        carry_due_credits(pe, msg);
         if (send_small(pe, msg)) co_return;
     }
     // The message is freed when this frame ends.
@@ -600,6 +603,21 @@ std::uint32_t machine::credited_flags() const noexcept {
 
 void machine::mark_credited(message& msg) const noexcept {
     header_of(msg.get())->flags |= credited_flags();
+}
+
+// Whatever path the message then takes (the ring, an eager slot, a socket: the API's sends
+// keep its header flags), the credits arrive with it. Not in a rendezvous, which could hold
+// them until the receiver fetched it; not to this PE, whose sends to itself are no arrival
+// (pe_core::accept_message never sees them).
+void machine::carry_due_credits(std::uint32_t pe, message& msg) noexcept {
+    if (_due_credits.empty() || pe == this->pe() || msg.bytes().size() > _core->medium_boundary())
+        return;
+    if (const std::uint32_t carried = take_due_credits(pe)) {
+        CmiMsgHeaderBasic* h = header_of(msg.get());
+        h->flags |= detail::header_flag_carries_credits;
+        h->reserved = carried;
+        ++_send_stats.credits_riding;
+    }
 }
 
 // A small one that fits the peer's ring or eager slot has gone once it is there: no

@@ -160,6 +160,8 @@ public:
 
     std::uint32_t pe() const noexcept { return _pe; }
     std::uint32_t num_pes() const noexcept { return _num_pes; }
+    /// Messages larger than this go by rendezvous.
+    std::uint32_t medium_boundary() const noexcept { return _medium_boundary; }
     /// Each PE's host identity from the node table (index = PE); one entry for one PE.
     const std::vector<std::uint64_t>& host_ids() const noexcept { return _host_ids; }
     /// CmiProbeLatencies: a collective; every PE ends with the table and the cluster map.

@@ -593,13 +593,16 @@ private:
     std::uint32_t credited_flags() const noexcept;
     semaphore* bounded_credits(int handler, std::uint32_t pe);
     bool send_small(std::uint32_t pe, message& msg);
+    /// Puts the credits this PE owes `pe` into the header of `msg`, a small message that
+    /// goes to `pe` now (it waits for no credit of its own).
+    void carry_due_credits(std::uint32_t pe, message& msg) noexcept;
     void check_not_lost(std::uint32_t pe, const char* what) const;
     void check_pe(std::uint32_t pe, const char* what) const;
     message_stream* stream_for(int handler) noexcept;
     semaphore& credits(int handler, std::uint32_t pe);
     void return_credits(std::uint32_t to, int handler, std::uint32_t count);
     /// Credits a stream owes `pe` reached its return point (`stream` took them): they go
-    /// back with this PE's next copying send to `pe`, else by a credit message from a task
+    /// back with this PE's next small send to `pe`, else by a credit message from a task
     /// spawned now (it runs once the taking task suspends).
     void credits_due(std::uint32_t pe, message_stream* stream);
     /// Due credits for `pe` as a send's header carries them (stream handler << 16 | count),
