@@ -155,6 +155,10 @@ std::uint32_t message_stream::credits_for(std::uint32_t pe) const noexcept {
     return _capacity;
 }
 
+std::uint32_t message_stream::owed_to(std::uint32_t pe) const noexcept {
+    return pe < _owed.size() ? _owed[pe] : 0;
+}
+
 void message_stream::credit_taken(void* msg) {
     static_assert(header_credit_bit == detail::header_flag_stream_credit);
     CmiMsgHeaderBasic* h = header_of(msg);

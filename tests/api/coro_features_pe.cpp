@@ -95,6 +95,7 @@ struct streams {
     int garbage;
     coverse::message_stream* nested;
     int nested_done;
+    coverse::message_stream *huge, *huge_ack;
 };
 
 // ownership-taking sends, typed payloads
@@ -569,6 +570,48 @@ coverse::task<void> credits_ride_test(coverse::machine& m, streams st) {
     co_await credits_settle("after raw sends with forged flags");
 }
 
+// Credits owed past what a header carries (a count above 0xffff) go back by a credit
+// message: a stream whose return point (half its capacity) is 2^16 + 1 credits. Each PE
+// sends the next one more message than the capacity, which it can only with credits back;
+// the receiver answers the sender as soon as those credits come due, a send they would
+// ride in if they fitted. Then the sender's credits and what the receiver still owes it
+// add up to the capacity: none lost (a count cut to 16 bits), none made up.
+constexpr std::uint32_t huge_capacity = (1u << 17) + 2;
+
+coverse::task<void> take_in_order(coverse::machine& m, streams st, std::uint32_t from,
+                                  std::uint32_t total) {
+    const int pe = static_cast<int>(m.pe());
+    for (std::uint32_t i = 0; i < total; ++i) {
+        const auto v = co_await st.huge->next<std::uint32_t>();
+        if (v != i) EXPECT(v == i, "huge stream: message %u came as %u", pe, i, v);
+        if (i + 1 == huge_capacity / 2) co_await m.send_value(from, st.huge_ack->handler(), 0u);
+    }
+}
+
+coverse::task<void> large_count_test(coverse::machine& m, streams st) {
+    auto& huge = *st.huge;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const int pe = static_cast<int>(me);
+    const std::uint32_t total = huge.capacity() + 1;
+    co_await m.barrier();
+    coverse::task_scope taker("huge taker");
+    taker.spawn(take_in_order(m, st, prev, total), "huge taker");
+    for (std::uint32_t i = 0; i < total; ++i)
+        co_await m.send_value(next, huge.handler(), i);
+    co_await taker.join();
+    (void)co_await st.huge_ack->next<std::uint32_t>();  // the next PE's answer
+    co_await m.barrier();  // every PE took all; what came due went back
+    co_await m.send_value(prev, st.huge_ack->handler(), huge.owed_to(prev));
+    const auto owed = co_await st.huge_ack->next<std::uint32_t>();
+    for (int waited = 0; huge.credits_for(next) + owed != huge.capacity(); ++waited) {
+        EXPECT(waited < 10000 && huge.credits_for(next) + owed < huge.capacity(),
+               "huge stream: this PE holds %u credits for PE %u, which owes it %u, capacity %u", pe,
+               huge.credits_for(next), next, owed, huge.capacity());
+        co_await coverse::sleep_for(1ms);
+    }
+}
+
 int nested_done_hits = 0;
 void nested_done_handler(void* msg) {
     CmiFree(msg);
@@ -833,13 +876,22 @@ coverse::task<void> scope_test(coverse::machine& m, streams st) {
 }
 
 coverse::task<void> entry(coverse::machine& m) {
-    streams st{&m.register_stream(),  &m.register_stream(),
-               &m.register_stream(),  &m.register_stream(),
-               &m.register_stream(2), &m.register_stream(),
-               &m.register_stream(),  0,
-               &m.register_stream(),  &m.register_stream(8),
-               &m.register_stream(0), 0,
-               &m.register_stream(8), 0};
+    streams st{&m.register_stream(),
+               &m.register_stream(),
+               &m.register_stream(),
+               &m.register_stream(),
+               &m.register_stream(2),
+               &m.register_stream(),
+               &m.register_stream(),
+               0,
+               &m.register_stream(),
+               &m.register_stream(8),
+               &m.register_stream(0),
+               0,
+               &m.register_stream(8),
+               0,
+               &m.register_stream(huge_capacity),
+               &m.register_stream()};
     st.nested_done = CmiRegisterHandler(nested_done_handler);
     st_go = st.go;
     st_go_handler = st.go->handler();
@@ -858,6 +910,7 @@ coverse::task<void> entry(coverse::machine& m) {
     co_await burst_test(m, st);
     co_await credits_ride_test(m, st);
     co_await nested_wait_test(m, st);
+    co_await large_count_test(m, st);
     co_await collectives(m, st);
     co_await onesided(m, st);
     co_await onesided_cancel_test(m, st);

@@ -274,6 +274,10 @@ public:
     /// credits it holds for it (the capacity until one is spent; unbounded_credits for an
     /// unbounded stream).
     std::uint32_t credits_for(std::uint32_t pe) const noexcept;
+    /// Credits this PE owes `pe` for this stream: messages of it taken here, not yet
+    /// returned (they go back at half the capacity). `pe`'s credits_for(this PE), these,
+    /// and those on their way back add up to the capacity.
+    std::uint32_t owed_to(std::uint32_t pe) const noexcept;
     static constexpr std::uint32_t unbounded_credits = ~0u;
 
 private:
