@@ -605,8 +605,11 @@ std::uint32_t machine::credited_flags() const noexcept {
     return credit_flag | (pe() << source_shift);
 }
 
+// Sets the PE bits rather than adding to them: a header the API did not compose may hold
+// anything there even with the flag clear (clear_api_flags leaves those bits then).
 void machine::mark_credited(message& msg) const noexcept {
-    header_of(msg.get())->flags |= credited_flags();
+    std::uint32_t& flags = header_of(msg.get())->flags;
+    flags = (flags & ~(credit_flag | (~0u << source_shift))) | credited_flags();
 }
 
 // Whatever path the message then takes (the ring, an eager slot, a socket: the API's sends

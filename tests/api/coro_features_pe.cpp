@@ -555,13 +555,22 @@ coverse::task<void> credits_ride_test(coverse::machine& m, streams st) {
     }
     co_await m.barrier();
     co_await coverse::sleep_for(20ms);  // credits returned for them would be here by now
-    EXPECT(window.credits_for(next) == window.capacity(),
-           "Converse messages with forged flags gave this PE %u credits for PE %u (capacity %u)",
-           pe, window.credits_for(next), next, window.capacity());
+    // Returned for the forged credits (to this PE's credits for the next PE), or carried
+    // by the previous PE's forged messages (to its credits for the previous PE).
+    for (const std::uint32_t other : {next, prev})
+        EXPECT(window.credits_for(other) == window.capacity(),
+               "Converse messages with forged flags gave this PE %u credits for PE %u "
+               "(capacity %u)",
+               pe, window.credits_for(other), other, window.capacity());
+    // Raw bytes, with the flags or with only stray bits where a credit's PE goes (which a
+    // credited send must set, not add to). The caller's bytes are read-only to the send.
     for (int i = 0; i < 4; ++i) {
-        forged.header.flags = 0x2u | 0x4u | ~0u << 8;
+        forged.header.flags = (i % 2 == 0 ? 0x2u | 0x4u : 0u) | ~0u << 8;
         forged.value = 2000 + i;
+        const auto before = forged;
         co_await m.send(next, std::as_bytes(std::span(&forged, 1)));
+        EXPECT(std::memcmp(&before, &forged, sizeof forged) == 0,
+               "send(pe, span) wrote into the caller's bytes", pe);
     }
     for (int i = 0; i < 4; ++i) {
         const int v = co_await window.next<int>();

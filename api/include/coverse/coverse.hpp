@@ -275,8 +275,9 @@ public:
     /// unbounded stream).
     std::uint32_t credits_for(std::uint32_t pe) const noexcept;
     /// Credits this PE owes `pe` for this stream: messages of it taken here, not yet
-    /// returned (they go back at half the capacity). `pe`'s credits_for(this PE), these,
-    /// and those on their way back add up to the capacity.
+    /// returned (they go back at half the capacity). `pe`'s credits_for(this PE), its
+    /// messages on their way or queued here and not yet taken, these, and those on their
+    /// way back add up to the capacity (while neither PE is lost).
     std::uint32_t owed_to(std::uint32_t pe) const noexcept;
     static constexpr std::uint32_t unbounded_credits = ~0u;
 
@@ -597,8 +598,9 @@ private:
     std::uint32_t credited_flags() const noexcept;
     semaphore* bounded_credits(int handler, std::uint32_t pe);
     bool send_small(std::uint32_t pe, message& msg);
-    /// Puts the credits this PE owes `pe` into the header of `msg`, a small message that
-    /// goes to `pe` now (it waits for no credit of its own).
+    /// Puts the credits this PE owes `pe` into the header of `msg`, a small message about to
+    /// go to `pe` (it waits for no stream credit; by the full path it may still wait for a
+    /// handle slot or for queued sends to drain, as a credit message would).
     void carry_due_credits(std::uint32_t pe, message& msg) noexcept;
     void check_not_lost(std::uint32_t pe, const char* what) const;
     void check_pe(std::uint32_t pe, const char* what) const;
