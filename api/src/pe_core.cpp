@@ -382,6 +382,15 @@ void pe_core::print_path(std::uint32_t pe) {
 task<void> pe_core::watch_launcher(pe_core* self) {
     const int fd = self->_launcher->fd();
     for (;;) {
+        // Notices another read took in with its own frame wait in the client's buffer, where
+        // no poll fires for them: one that came in the same read as the node table (a PE
+        // that died while this one was still starting) was never handed on, and this PE's
+        // collectives then waited for the dead PE (tutorial_farm crash, 1 run in ~100
+        // under load). So the buffer is looked at before each wait.
+        if (self->_shut_down || !self->_launcher) co_return;
+        for (const auto& n : self->_launcher->take_notices())
+            self->on_launcher_notice(n.pe, n.text);
+        if (self->_launcher->closed()) co_return;
         int r = -ENOSYS;
         try {
             r = co_await poll_fd(fd, POLLIN);
@@ -392,11 +401,7 @@ task<void> pe_core::watch_launcher(pe_core* self) {
             co_return;
         }
         // Shutdown closes the launcher connection before the scheduler stops this task: a
-        // poll that fires in between finds no connection to read.
-        if (self->_shut_down || !self->_launcher) co_return;
-        for (const auto& n : self->_launcher->take_notices())
-            self->on_launcher_notice(n.pe, n.text);
-        if (self->_launcher->closed()) co_return;
+        // poll that fires in between finds no connection to read (the loop's top looks).
     }
 }
 
