@@ -418,6 +418,7 @@ std::uint32_t machine::take_due_credits(std::uint32_t pe) noexcept {
 }
 
 void machine::restore_due_credits(std::uint32_t pe, std::uint32_t carried) {
+    --_send_stats.credits_riding;  // counted by carry_due_credits
     message_stream* s = stream_for(static_cast<int>(carried >> carried_count_bits));
     s->_owed[pe] += carried & carried_count_max;
     credits_due(pe, s);
@@ -506,8 +507,8 @@ bool machine::send_at_once(std::uint32_t pe, message& msg, semaphore*& wait) {
         check_not_lost(pe, "a send to it");
     }
     // A message the API did not compose (adopted from a Converse handler) may hold
-    // anything in the API's header flags; what they say is set here.
-    detail::clear_api_flags(msg.get());
+    // anything in the API's header flags and the credit's PE bits; they are set from here.
+    header_of(msg.get())->flags &= ~detail::api_header_bits;
     if (semaphore* c = bounded_credits(msg.handler(), pe)) {
         if (!c->try_acquire()) {
             wait = c;
@@ -554,14 +555,7 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
         CmiMsgHeaderBasic h{};
         h.handler = static_cast<std::uint32_t>(handler);
         if (credited) h.flags = credited_flags();
-        // Credits this PE owes `pe` ride along (not to this PE: a send to itself is no
-        // arrival, pe_core::accept_message never sees it).
-        const std::uint32_t carried =
-            _due_credits.empty() || pe == this->pe() ? 0 : take_due_credits(pe);
-        if (carried) {
-            h.flags |= detail::header_flag_carries_credits;
-            h.reserved = carried;
-        }
+        const std::uint32_t carried = carry_due_credits(pe, h, size);
         std::memcpy(buf, &h, sizeof h);
         if (!payload.empty())
             std::memcpy(buf + CmiMsgHeaderSizeBytes, payload.data(), payload.size());
@@ -569,7 +563,6 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
             if (_core->is_lost(pe)) [[unlikely]]
                 throw peer_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
             ++_send_stats.copied_frameless;
-            if (carried) ++_send_stats.credits_riding;
             return true;
         }
         if (carried) restore_due_credits(pe, carried);
@@ -605,26 +598,31 @@ std::uint32_t machine::credited_flags() const noexcept {
     return credit_flag | (pe() << source_shift);
 }
 
-// Sets the PE bits rather than adding to them: a header the API did not compose may hold
-// anything there even with the flag clear (clear_api_flags leaves those bits then).
+// The header's API bits are clear here: the API made the message, or send_at_once cleared
+// them.
 void machine::mark_credited(message& msg) const noexcept {
-    std::uint32_t& flags = header_of(msg.get())->flags;
-    flags = (flags & ~(credit_flag | (~0u << source_shift))) | credited_flags();
+    header_of(msg.get())->flags |= credited_flags();
+}
+
+void machine::carry_due_credits(std::uint32_t pe, message& msg) noexcept {
+    if (!_due_credits.empty())  // the size only then: a send's common case looks no further
+        (void)carry_due_credits(pe, *header_of(msg.get()), msg.bytes().size());
 }
 
 // Whatever path the message then takes (the ring, an eager slot, a socket: the API's sends
 // keep its header flags), the credits arrive with it. Not in a rendezvous, which could hold
 // them until the receiver fetched it; not to this PE, whose sends to itself are no arrival
 // (pe_core::accept_message never sees them).
-void machine::carry_due_credits(std::uint32_t pe, message& msg) noexcept {
-    if (_due_credits.empty() || pe == this->pe() || msg.bytes().size() > _core->medium_boundary())
-        return;
-    if (const std::uint32_t carried = take_due_credits(pe)) {
-        CmiMsgHeaderBasic* h = header_of(msg.get());
-        h->flags |= detail::header_flag_carries_credits;
-        h->reserved = carried;
+std::uint32_t machine::carry_due_credits(std::uint32_t pe, CmiMsgHeaderBasic& h,
+                                         std::size_t size) noexcept {
+    if (_due_credits.empty() || pe == this->pe() || size > _core->medium_boundary()) return 0;
+    const std::uint32_t carried = take_due_credits(pe);
+    if (carried) {
+        h.flags |= detail::header_flag_carries_credits;
+        h.reserved = carried;
         ++_send_stats.credits_riding;
     }
+    return carried;
 }
 
 // A small one that fits the peer's ring or eager slot has gone once it is there: no

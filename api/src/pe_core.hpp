@@ -96,10 +96,14 @@ inline constexpr std::uint32_t header_flag_carries_credits = 0x4;
 /// Clears the coroutine API's header flags (stream credit, its source PE, carried credits)
 /// from a header the API did not compose: set by chance in a Converse program's header they
 /// would return credits nobody spent, or abort the job.
+/// (Only when 0x2 or 0x4 is set: no store into a Converse program's buffer otherwise; the
+/// PE bits mean nothing without 0x2. The API's own sends clear all of api_header_bits.)
+inline constexpr std::uint32_t api_header_bits =
+    header_flag_stream_credit | header_flag_carries_credits | (~0u << header_source_shift);
 inline void clear_api_flags(void* msg) noexcept {
     constexpr std::uint32_t api_flags = header_flag_stream_credit | header_flag_carries_credits;
     if (header_of(msg)->flags & api_flags) [[unlikely]]
-        header_of(msg)->flags &= ~(api_flags | (~0u << header_source_shift));
+        header_of(msg)->flags &= ~api_header_bits;
 }
 /// Trace ids: send handles are (generation << 32 | slot); receive handles and broadcast
 /// forwards have their own id spaces, marked by the top bits.

@@ -598,9 +598,12 @@ private:
     std::uint32_t credited_flags() const noexcept;
     semaphore* bounded_credits(int handler, std::uint32_t pe);
     bool send_small(std::uint32_t pe, message& msg);
-    /// Puts the credits this PE owes `pe` into the header of `msg`, a small message about to
-    /// go to `pe` (it waits for no stream credit; by the full path it may still wait for a
+    /// Puts the credits this PE owes `pe` into header `h` of a small message (`size` bytes) about
+    /// to go to `pe` (it waits for no stream credit; by the full path it may still wait for a
     /// handle slot or for queued sends to drain, as a credit message would).
+    /// Returns what it put there (0: nothing), counted as riding until restored.
+    std::uint32_t carry_due_credits(std::uint32_t pe, CmiMsgHeaderBasic& h,
+                                    std::size_t size) noexcept;
     void carry_due_credits(std::uint32_t pe, message& msg) noexcept;
     void check_not_lost(std::uint32_t pe, const char* what) const;
     void check_pe(std::uint32_t pe, const char* what) const;
@@ -614,7 +617,7 @@ private:
     /// Due credits for `pe` as a send's header carries them (stream handler << 16 | count),
     /// taken off the due list; 0 when none (or they do not fit the field).
     std::uint32_t take_due_credits(std::uint32_t pe) noexcept;
-    /// A send that took them did not go: they are due again.
+    /// A send that took them did not go: they are due again (and not counted as riding).
     void restore_due_credits(std::uint32_t pe, std::uint32_t carried);
     /// Sends what is still due, each by a credit message.
     void return_due_credits();
