@@ -287,7 +287,9 @@ CmiCommHandle pe_core::send_many(std::span<const int> pes, int size, void* msg, 
 CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool include_self,
                                  const char* caller) {
     check_message(size, msg, caller);
-    header_of(msg)->root_plus_one = _pe + 1;
+    // Stored only when it changes: broadcast_async hands over the caller's read-only bytes
+    // when they name this PE already.
+    if (header_of(msg)->root_plus_one != _pe + 1) header_of(msg)->root_plus_one = _pe + 1;
     if (!_broadcast_tree) {
         std::vector<int> all;
         for (std::uint32_t p = 0; p < _num_pes; ++p)
@@ -341,10 +343,26 @@ task<void> pe_core::send_async(std::uint32_t dest, std::span<const std::byte> ms
     co_await finish_send(*h, dest);
 }
 
+// The caller's bytes are read-only (coverse::machine::broadcast). A header that the
+// broadcast would change (the root, the API's flags: broadcast() and begin_send() write
+// them) goes as a copy that the send owns; one that needs nothing goes from them as it is.
 task<void> pe_core::broadcast_async(std::span<const std::byte> msg, bool include_self) {
     co_await wait_for_slot();
-    CmiCommHandle h = broadcast(static_cast<int>(msg.size()), const_cast<std::byte*>(msg.data()),
-                                ownership::borrow, include_self, "broadcast");
+    void* buf = const_cast<std::byte*>(msg.data());
+    ownership own = ownership::borrow;
+    if (msg.size() >= CmiMsgHeaderSizeBytes) {
+        CmiMsgHeaderBasic head;
+        std::memcpy(&head, msg.data(), sizeof head);
+        if (head.root_plus_one != _pe + 1 ||
+            (head.flags & (header_flag_stream_credit | header_flag_carries_credits))) {
+            buf = alloc::msg_alloc(msg.size());
+            if (!buf)
+                fatal("broadcast: out of memory copying " + std::to_string(msg.size()) + " bytes");
+            std::memcpy(buf, msg.data(), msg.size());
+            own = ownership::take;
+        }
+    }
+    CmiCommHandle h = broadcast(static_cast<int>(msg.size()), buf, own, include_self, "broadcast");
     while (h && _slots[slot_of(h, "broadcast")].pending > 0)
         co_await _send_waiters.wait();
     release_handle(h, "broadcast");

@@ -7,6 +7,9 @@
 #include <coverse/coverse.hpp>
 #include <coverse/runtime/timer.hpp>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -43,6 +46,7 @@ coverse::task<void> entry(coverse::machine& m) {
     auto& bcast = m.register_stream();
     auto& big = m.register_stream();
     auto& self = m.register_stream();
+    auto& read_only = m.register_stream();
     const int legacy = CmiRegisterHandler(legacy_handler);
     co_await m.barrier();
 
@@ -72,6 +76,55 @@ coverse::task<void> entry(coverse::machine& m) {
         if (from >= n || seen[from]++)
             CmiAbort("coroutine_api: PE %u: broadcast from PE %u is out of range or repeated", me,
                      from);
+    }
+
+    // A broadcast only reads the caller's bytes: here from read-only memory, 8 B and 300 KiB
+    // (a rendezvous), every byte checked. First with a header that names no root and holds
+    // the API's flags by chance (both used to be written there: a crash; it goes as a copy),
+    // then with one that names this PE and no flags (it goes from the bytes themselves).
+    for (const std::size_t round : {0, 1, 2, 3}) {
+        const std::size_t payload_size = round % 2 == 0 ? 8 : std::size_t{300} << 10;
+        const bool ready = round >= 2;
+        const std::size_t size = CmiMsgHeaderSizeBytes + payload_size;
+        const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+        const std::size_t mapped = (size + page - 1) / page * page;
+        void* area =
+            ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (area == MAP_FAILED) CmiAbort("coroutine_api: mmap of %zu bytes failed", mapped);
+        auto* bytes = static_cast<std::byte*>(area);
+        CmiMsgHeaderBasic head{};
+        head.handler = static_cast<std::uint32_t>(read_only.handler());
+        if (ready) {
+            head.root_plus_one = me + 1;
+        } else {
+            head.flags = 0x2 | 0x4 | (next << 8);  // a stream credit from `next`, carried credits
+            head.reserved = (static_cast<std::uint32_t>(read_only.handler()) << 16) | 3;
+        }
+        std::memcpy(bytes, &head, sizeof head);
+        for (std::size_t i = 0; i < payload_size; ++i)
+            bytes[CmiMsgHeaderSizeBytes + i] = static_cast<std::byte>((i * 7 + me) & 0xFF);
+        std::memcpy(bytes + CmiMsgHeaderSizeBytes, &me, sizeof me);
+        const std::vector<std::byte> before(bytes, bytes + size);
+        if (::mprotect(area, mapped, PROT_READ) != 0) CmiAbort("coroutine_api: mprotect failed");
+        co_await m.broadcast(std::span<const std::byte>(bytes, size), true);
+        std::vector<int> from_each(n, 0);
+        for (std::uint32_t i = 0; i < n; ++i) {
+            coverse::message x = co_await read_only.next();
+            std::uint32_t from = n;
+            if (x.payload().size() == payload_size)
+                std::memcpy(&from, x.payload().data(), sizeof from);
+            if (from >= n || from_each[from]++)
+                CmiAbort("coroutine_api: PE %u: a %zu B broadcast of %zu B from PE %u", me,
+                         x.payload().size(), payload_size, from);
+            for (std::size_t k = sizeof from; k < payload_size; ++k)
+                if (x.payload()[k] != static_cast<std::byte>((k * 7 + from) & 0xFF))
+                    CmiAbort("coroutine_api: PE %u: broadcast of %zu B from PE %u corrupt at %zu",
+                             me, payload_size, from, k);
+        }
+        if (std::memcmp(before.data(), bytes, size) != 0)
+            CmiAbort("coroutine_api: PE %u: broadcast changed the caller's bytes", me);
+        ::munmap(area, mapped);
+        co_await m.barrier();  // the next round's broadcasts after every PE took this one's
     }
 
     // reduce_sum, twice in a row.
