@@ -6,7 +6,7 @@ Markdown. With --svg FILE, also plots bandwidth and one-way latency against size
 one line per implementation), written by hand: no plotting library needed.
 
 Implementations: coverse-shm, coverse-tcp, ompi-vader, ompi-tcp, ucx-shm, ucx-tcp, pvr (raw
-process_vm_readv); the older files' "coverse" and "mpi" read as coverse-shm and ompi-tcp.
+process_vm_readv), ring (coverse's shared-memory ring alone); the older files' "coverse" and "mpi" read as coverse-shm and ompi-tcp.
 
 Usage: scripts/bench-perf-table.py [--svg FILE] RESULTS.jsonl
 """
@@ -25,13 +25,15 @@ METRICS = {
     "bcast": ("lat_us", "µs", "lower"),
     "barrier": ("lat_us", "µs", "lower"),
 }
-IMPLS = ["coverse-shm", "coverse-tcp", "ompi-vader", "ompi-tcp", "ucx-shm", "ucx-tcp", "pvr"]
+IMPLS = ["coverse-shm", "coverse-tcp", "ompi-vader", "ompi-tcp", "ucx-shm", "ucx-tcp", "pvr",
+         "ring"]
 LEGACY = {"coverse": "coverse-shm", "mpi": "ompi-tcp"}
 
 # (column, ours, peers): ours / the best of the peers (the lowest latency, the highest MB/s).
 RATIOS = [
     ("shm/vader", "coverse-shm", ("ompi-vader",)),
     ("shm/pvr", "coverse-shm", ("pvr",)),
+    ("shm/ring", "coverse-shm", ("ring",)),
     ("tcp/ompi-tcp", "coverse-tcp", ("ompi-tcp",)),
     ("tcp/best(ompi-tcp,ucx-tcp)", "coverse-tcp", ("ompi-tcp", "ucx-tcp")),
 ]
@@ -68,6 +70,7 @@ SMALL_TARGET = 0.8
 COLORS = {
     "coverse-shm": "#d62728", "coverse-tcp": "#ff7f0e", "ompi-vader": "#1f77b4",
     "ompi-tcp": "#17becf", "ucx-shm": "#2ca02c", "ucx-tcp": "#9acd32", "pvr": "#555555",
+    "ring": "#8c564b",
 }
 
 
@@ -165,7 +168,9 @@ def table(samples):
     print("; ± is half the range over the median. A ratio is coverse's median over the "
           "peer's (over the better peer's for best(...)): below 1 is better for latency "
           "(lower is better), above 1 for MB/s and msg/s (higher is better). pvr's latency "
-          "row (get) is one process_vm_readv call, not a message.")
+          "row (get) is one process_vm_readv call, not a message; ring is coverse's "
+          "shared-memory ring alone (ring_bench: no runtime above it), so shm/ring is what "
+          "coverse's layers add.")
 
 
 def targets(samples):
@@ -293,7 +298,7 @@ def write_svg(path, samples):
 # runs tools/perf/placement_probe before and after each run ("floor_us", "floor_after_us");
 # a run whose two probes fall on the same side of the widest gap between the floors seen is
 # filed under that placement, one whose placement moved during it is left out here.
-SAME_HOST = ["coverse-shm", "ompi-vader", "ucx-shm"]
+SAME_HOST = ["coverse-shm", "ompi-vader", "ucx-shm", "ring"]
 TCP = ["coverse-tcp", "ompi-tcp", "ucx-tcp"]
 PLACED = [("pingpong", 8), ("pingpong", 1024), ("rate", 8)]
 
@@ -360,6 +365,9 @@ def placement_table(path):
           "like here.\n")
     for impls, ours, peer, name in ((SAME_HOST, "coverse-shm", "ompi-vader", "shm/vader"),
                                     (TCP, "coverse-tcp", "ucx-tcp", "tcp/ucx-tcp")):
+        # Only the implementations this file has (the ring floor, say, is optional).
+        impls = [i for i in impls
+                 if any(i in by_impl for by_where in split.values() for by_impl in by_where.values())]
         rows = placed_rows(split, impls, ours, peer)
         if not rows:
             continue

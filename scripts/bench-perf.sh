@@ -11,6 +11,9 @@
 #                UCX_TLS=posix,sysv,cma,self
 #   ucx-tcp      the same with UCX_TLS=tcp,self UCX_NET_DEVICES=lo
 #   pvr          pvr_bench: raw process_vm_readv, back to back (bw) and one call (get)
+#   ring         ring_bench: coverse's shared-memory ring alone, a ping-pong of whole messages
+#                between two pinned processes (no runtime): the floor under coverse-shm's
+#                small-message latency (sizes up to 256 KiB; larger ones are skipped)
 # An implementation whose tool is missing is skipped with the reason; a run that fails
 # leaves its numbers out for that repetition, said on stderr. Then the table of medians
 # with the ratios and issue 10's targets (scripts/bench-perf-table.py; FILE again later).
@@ -28,7 +31,7 @@
 #   rate      tag_bw -s 8 -O W: "overall" message rate
 #
 # Usage: scripts/bench-perf.sh [options] [-- arguments for coverse-perf and mpi_perf]
-#   --peers LIST       implementations to run, comma-separated (default: all seven above)
+#   --peers LIST       implementations to run, comma-separated (default: all eight above)
 #   --install-peers    install what is missing from Debian: Open MPI and ucx-utils
 #   --install-mpi      install Debian's Open MPI (apt-get) when mpirun or mpicc is missing
 #   --reps R           repetitions (default 5)
@@ -40,7 +43,7 @@
 #   --quick            few iterations everywhere (a smoke test of the script, not a measurement)
 #   -h, --help         this text
 # Of the arguments after --, --sizes, --window, --iters and --warmup also set ucx_perftest's
-# sizes and counts, and --sizes pvr_bench's. Default sizes: the programs' own (pingpong 8 B
+# sizes and counts, --sizes pvr_bench's, and --sizes, --iters and --warmup ring_bench's. Default sizes: the programs' own (pingpong 8 B
 # to 4 MiB, bw 4 KiB to 4 MiB, rate 8 B).
 # Example: scripts/bench-perf.sh --install-peers --reps 5 -- --sizes 8,1K,64K,1M,4M
 set -euo pipefail
@@ -54,7 +57,7 @@ die() {
 }
 note() { echo "bench-perf: $*" >&2; }
 
-all_impls=(coverse-shm coverse-tcp ompi-vader ompi-tcp ucx-shm ucx-tcp pvr)
+all_impls=(coverse-shm coverse-tcp ompi-vader ompi-tcp ucx-shm ucx-tcp pvr ring)
 build=build/release
 reps=5
 out=
@@ -152,6 +155,7 @@ has() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
 if [ "$do_build" = 1 ]; then
     targets=(coverse-perf coverse-run placement_probe)
     has pvr && targets+=(pvr_bench)
+    has ring && targets+=(ring_bench)
     bench_build "$build" "${targets[@]}"
 fi
 
@@ -204,6 +208,13 @@ for w in "${wanted[@]}"; do
                 impls+=("$w")
             else
                 skip "$w" "$build/tools/perf/pvr_bench is missing (build it, or drop --no-build)"
+            fi
+            ;;
+        ring)
+            if [ -x "$build/tools/perf/ring_bench" ]; then
+                impls+=("$w")
+            else
+                skip "$w" "$build/tools/perf/ring_bench is missing (build it, or drop --no-build)"
             fi
             ;;
     esac
@@ -323,6 +334,14 @@ run_one() {
             local sz=()
             [ -n "$sizes" ] && sz=(--sizes "$sizes")
             "$build/tools/perf/pvr_bench" ${quick[@]+"${quick[@]}"} ${sz[@]+"${sz[@]}"} \
+                >"$raw" || rc=$?
+            ;;
+        ring)
+            local rs=()
+            [ -n "$sizes" ] && rs+=(--sizes "$sizes")
+            ((iters > 0)) && rs+=(--iters "$iters")
+            ((warmup >= 0)) && rs+=(--warmup "$warmup")
+            "$build/tools/perf/ring_bench" ${quick[@]+"${quick[@]}"} ${rs[@]+"${rs[@]}"} \
                 >"$raw" || rc=$?
             ;;
     esac

@@ -24,7 +24,7 @@ out=$("$2" "$src/scripts/bench-perf-table.py" --svg "$svg" \
     "$src/tests/perf/data/bench-perf-sample.jsonl") || exit 1
 printf '%s\n' "$out"
 expect "$out" '| test | size | metric | better | coverse-shm | coverse-tcp | ompi-vader |' \
-    'shm/vader | shm/pvr | tcp/ompi-tcp | tcp/best(ompi-tcp,ucx-tcp) |' \
+    '| ucx-tcp | pvr | ring | shm/vader | shm/pvr | shm/ring | tcp/ompi-tcp | tcp/best(ompi-tcp,ucx-tcp) |' \
     'same-host 1 MiB bandwidth vs Open MPI vader: coverse-shm / ompi-vader = ' \
     'n/a  same-host 4 MiB bandwidth vs Open MPI vader: no bw result at 4 MiB' \
     'TCP 1 MiB bandwidth vs the better of Open MPI TCP and UCX TCP: coverse-tcp / best('
@@ -39,8 +39,8 @@ fi
 placed=$("$2" "$src/scripts/bench-perf-table.py" "$src/tests/perf/data/bench-perf-placed.jsonl") ||
     exit 1
 printf '%s\n' "$placed"
-expect "$placed" '| test | size | placement | coverse-shm | ompi-vader | ucx-shm | shm/vader |' \
-    '| pingpong | 8 B | close | 0.16 (1) | 0.19 (1) | 0.15 (1) | 0.84 |' \
+expect "$placed" '| test | size | placement | coverse-shm | ompi-vader | ucx-shm | ring | shm/vader |' \
+    '| pingpong | 8 B | close | 0.16 (1) | 0.19 (1) | 0.15 (1) | 0.09 (1) | 0.84 |' \
     '| test | size | placement | coverse-tcp | ompi-tcp | ucx-tcp | tcp/ucx-tcp |' \
     '| pingpong | 8 B | close | 3.60 (1) | 3.70 (1) | 2.90 (1) | 1.24 |' \
     '| pingpong | 8 B | apart | 7.92 (1) | 8.14 (1) | 6.38 (1) | 1.24 |'

@@ -1,0 +1,322 @@
+// ring_bench: coverse's shared-memory ring alone, the floor under coverse-shm's small messages
+// (scripts/bench-perf.sh, column "ring"). Two processes, no runtime: each pinned to one CPU,
+// a ring each way (rdma/shm_ring.hpp, the rings coverse's PEs use). The sender writes a whole
+// Converse message (the 16-byte header and the payload) as one record; the receiver copies the
+// record out, as a PE's ring drain does into a message of its own, and releases it. Nothing
+// else: no allocation, queue, dispatch or handler. One JSON line per size with "impl":"ring",
+// the fields of coverse-perf's pingpong: one-way µs (round trip / 2), median and mean
+// ("p50_us", "lat_us"). No rate test: a bare consumer keeps up with its producer and polls the
+// very line being written, so each record costs a transfer of that line, and a window goes
+// slower than through coverse's PEs (9-13 M msg/s against 17 M, docs/perf.md); that is not a
+// floor.
+// Sizes above the ring's largest record (256 KiB here) are skipped with a note: coverse sends
+// those by rendezvous, not through the ring.
+#include <coverse/rdma/shm_ring.hpp>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perf_args.h"
+
+namespace {
+
+using coverse::rdma::shm_record;
+using coverse::rdma::shm_ring;
+namespace shm_flags = coverse::rdma::shm_flags;
+
+constexpr long header_bytes = 16;            // CmiMsgHeaderSizeBytes
+constexpr std::size_t ring_bytes = 1 << 20;  // each way; records up to a quarter of it
+constexpr int max_sizes = 64;
+
+struct options {
+    std::vector<long> sizes;
+    long iters = 0, warmup = -1;  // 0 and -1: coverse-perf's schedule
+    int cpus[2] = {0, 1};
+    bool quick = false;
+};
+
+void usage(FILE* f) {
+    std::fputs(
+        "Usage: ring_bench [options]\n"
+        "coverse's shared-memory ring alone, between two processes pinned to two CPUs: the\n"
+        "floor under coverse-shm's small-message latency. A ping-pong per size; one JSON line\n"
+        "each, one-way µs (p50_us, lat_us) as coverse-perf's pingpong.\n"
+        "  --sizes LIST   payload bytes, e.g. 8,1K,64K (the default); each message is the\n"
+        "                 16-byte Converse header and the payload, at most 256 KiB in all\n"
+        "                 (larger sizes are skipped with a note)\n"
+        "  --iters N      measured round trips per size (default: coverse-perf's schedule,\n"
+        "                 10000 up to 4 KiB, then fewer)\n"
+        "  --warmup N     unmeasured round trips first (default: a tenth, at least 1)\n"
+        "  --cpus A,B     pin the first process to CPU A and the second to B (0,1)\n"
+        "  --quick        few round trips (a smoke test, the numbers are rough)\n"
+        "  --json         accepted for symmetry with coverse-perf (output is always JSON)\n"
+        "  -h, --help     this text\n"
+        "Exit status: 0, 1 when the rings cannot be made or the other process stops, 2 for\n"
+        "a bad argument.\n",
+        f);
+}
+
+// 0: fine, 1: --help, 2: bad argument (message in err).
+int parse_options(int argc, char** argv, options& o, std::string& err) {
+    char buf[256] = "";
+    for (int i = 1; i < argc; ++i) {
+        static const char* const with_value[] = {"--sizes", "--iters", "--warmup", "--cpus",
+                                                 nullptr};
+        char name[32];
+        const char *a = nullptr, *v = nullptr;
+        if (perf_next_flag(argc, argv, &i, with_value, name, &a, &v, buf, sizeof buf)) {
+            err = buf;
+            return 2;
+        }
+        const std::string flag = a;
+        if (flag == "--help" || flag == "-h") return 1;
+        if (flag == "--json") continue;
+        if (flag == "--quick") {
+            o.quick = true;
+        } else if (flag == "--sizes") {
+            o.sizes.clear();
+            std::string list = v;
+            for (std::size_t at = 0; at <= list.size();) {
+                const std::size_t end = std::min(list.find(',', at), list.size());
+                const std::string t = list.substr(at, end - at);
+                long n = 0;
+                if (static_cast<int>(o.sizes.size()) == max_sizes ||
+                    !perf_parse_size(t.c_str(), 1L << 30, &n)) {
+                    err = "--sizes: \"" + t + "\" is not a size from 1 B to 1G (or too many sizes)";
+                    return 2;
+                }
+                o.sizes.push_back(n);
+                at = end + 1;
+            }
+        } else if (flag == "--iters" || flag == "--warmup") {
+            const long min = flag == "--warmup" ? 0 : 1;
+            long n = 0;
+            if (!perf_parse_long(v, min, 100000000, &n)) {
+                err = flag + ": \"" + v + "\" is not a count from " + std::to_string(min) +
+                      " to 100000000";
+                return 2;
+            }
+            (flag == "--iters" ? o.iters : o.warmup) = n;
+        } else if (flag == "--cpus") {
+            long c0 = 0, c1 = 0;
+            const char* comma = std::strchr(v, ',');
+            const std::string first = comma ? std::string(v, comma) : std::string();
+            if (!comma || !perf_parse_long(first.c_str(), 0, CPU_SETSIZE - 1, &c0) ||
+                !perf_parse_long(comma + 1, 0, CPU_SETSIZE - 1, &c1)) {
+                err = std::string("--cpus: \"") + v + "\" is not two CPU numbers A,B";
+                return 2;
+            }
+            o.cpus[0] = static_cast<int>(c0);
+            o.cpus[1] = static_cast<int>(c1);
+        } else {
+            err = std::string("unknown argument \"") + argv[i] + "\"";
+            return 2;
+        }
+    }
+    if (o.sizes.empty()) o.sizes = {8, 1024, 64 * 1024};
+    return 0;
+}
+
+// coverse-perf's pingpong schedule (perf_options.cpp, plan_for): 10000 round trips up to
+// 4 KiB, fewer above (at least 100); --quick: 50 and 5.
+void plan(long bytes, const options& o, long& warmup, long& iters) {
+    const long base = o.quick ? 50 : 10000, floor = o.quick ? 5 : 100;
+    long n = bytes <= 4096 ? base : std::clamp(base * 4096 / bytes, floor, base);
+    if (o.iters > 0) n = o.iters;
+    iters = n;
+    warmup = o.warmup >= 0 ? o.warmup : std::max(n / 10, 1L);
+}
+
+double now_us() {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+void pin(int cpu, const char* who) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        std::fprintf(stderr, "ring_bench: could not pin the %s to CPU %d (%s); running unpinned\n",
+                     who, cpu, std::strerror(errno));
+}
+
+// One side of the exchange: writes into `out`, reads from `in`. A side whose peer stopped
+// (it died, or never started) gives up instead of spinning forever: every 2^20 empty polls
+// it asks whether the peer is still there.
+class side {
+public:
+    side(shm_ring& out, shm_ring& in, pid_t peer) : _out(out), _in(in), _peer(peer) {}
+
+    void send(const std::byte* bytes, std::size_t size) {
+        const std::span<const std::byte> chunk(bytes, size);
+        const auto total = static_cast<std::uint32_t>(size);
+        for (std::uint64_t n = 1; !_out.try_write(chunk, total, shm_flags::message, 0); ++n)
+            if ((n & 0xFFFFF) == 0) check_peer();
+    }
+    // Copies the next record out into `into` (as a ring drain does) and releases it.
+    std::size_t receive(std::byte* into) {
+        std::optional<shm_record> r;
+        for (std::uint64_t n = 1; !(r = _in.peek()); ++n) {
+            if (_in.corrupt()) fail("the ring holds an impossible record");
+            if ((n & 0xFFFFF) == 0) check_peer();
+        }
+        std::memcpy(into, r->chunk.data(), r->chunk.size());
+        _in.consume();
+        return r->chunk.size();
+    }
+
+private:
+    void check_peer() {
+        // The parent watches its child; the child, its parent (re-parented when it died).
+        const bool gone =
+            _peer > 0 ? ::waitpid(_peer, nullptr, WNOHANG) == _peer : ::getppid() != -_peer;
+        if (gone) fail("the other process stopped");
+    }
+    [[noreturn]] static void fail(const char* why) {
+        std::fprintf(stderr, "ring_bench: %s; giving up\n", why);
+        std::_Exit(1);
+    }
+    shm_ring& _out;
+    shm_ring& _in;
+    pid_t _peer;  // > 0: the child's pid; < 0: minus the parent's
+};
+
+double median(std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The first process: a ping-pong per size, printed as it ends. The second answers (echo()).
+void drive(side& s, const options& o, const std::vector<long>& sizes) {
+    std::vector<std::byte> msg(ring_bytes / 4, std::byte{0x5a}), back(ring_bytes / 4);
+    for (const long payload : sizes) {
+        const auto size = static_cast<std::size_t>(header_bytes + payload);
+        long warmup = 0, iters = 0;
+        plan(payload, o, warmup, iters);
+        std::vector<double> rtt;
+        rtt.reserve(static_cast<std::size_t>(iters));
+        for (long k = -warmup; k < iters; ++k) {
+            const double t0 = now_us();
+            s.send(msg.data(), size);
+            if (s.receive(back.data()) != size) {
+                std::fprintf(stderr, "ring_bench: the answer has the wrong size\n");
+                std::_Exit(1);
+            }
+            if (k >= 0) rtt.push_back(now_us() - t0);
+        }
+        double sum = 0;
+        for (const double t : rtt)
+            sum += t;
+        const double mean = sum / static_cast<double>(rtt.size());
+        std::printf(
+            "{\"test\":\"pingpong\",\"impl\":\"ring\",\"bytes\":%ld,\"lat_us\":%.3f,"
+            "\"p50_us\":%.3f,\"iters\":%ld,\"pes\":2}\n",
+            payload, mean / 2, median(rtt) / 2, iters);
+        std::fflush(stdout);
+    }
+    s.send(msg.data(), 1);  // the end: a record of one byte, which no ping-pong sends
+}
+
+// Answers drive(): each message with itself.
+void echo(side& s, const options& o, const std::vector<long>& sizes) {
+    std::vector<std::byte> buf(ring_bytes / 4);
+    for (const long payload : sizes) {
+        long warmup = 0, iters = 0;
+        plan(payload, o, warmup, iters);
+        for (long k = -warmup; k < iters; ++k) {
+            const std::size_t got = s.receive(buf.data());
+            s.send(buf.data(), got);
+        }
+    }
+    (void)s.receive(buf.data());  // drive()'s end
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    options o;
+    std::string err;
+    const int rc = parse_options(argc, argv, o, err);
+    if (rc == 1) {
+        usage(stdout);
+        return 0;
+    }
+    if (rc != 0) {
+        std::fprintf(stderr, "ring_bench: %s\n", err.c_str());
+        usage(stderr);
+        return 2;
+    }
+    std::vector<long> sizes;
+    for (const long payload : o.sizes) {
+        if (header_bytes + payload > static_cast<long>(ring_bytes / 4))
+            std::fprintf(stderr,
+                         "ring_bench: %ld B is skipped: with the header it is over the ring's "
+                         "largest record (%zu B); coverse sends it by rendezvous\n",
+                         payload, ring_bytes / 4);
+        else
+            sizes.push_back(payload);
+    }
+
+    // Both rings and both producer mappings are made before the fork, and the names removed:
+    // each process uses its own copy of the objects it needs, and nothing is left in /dev/shm
+    // however the run ends.
+    const std::string base = "/coverse-ring-bench-" + std::to_string(::getpid());
+    std::optional<shm_ring> to_second, to_first, write_to_second, write_to_first;
+    try {
+        to_second.emplace(shm_ring::create(base + "-a", ring_bytes));
+        to_first.emplace(shm_ring::create(base + "-b", ring_bytes));
+        write_to_second.emplace(shm_ring::open(base + "-a"));
+        write_to_first.emplace(shm_ring::open(base + "-b"));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "ring_bench: %s\n", e.what());
+        if (to_second) to_second->unlink();
+        if (to_first) to_first->unlink();
+        return 1;
+    }
+    to_second->unlink();
+    to_first->unlink();
+
+    std::fflush(stdout);
+    const pid_t parent = ::getpid();
+    const pid_t child = ::fork();
+    if (child < 0) {
+        std::fprintf(stderr, "ring_bench: fork: %s\n", std::strerror(errno));
+        return 1;
+    }
+    if (child == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and side::check_peer, if the parent died already
+        pin(o.cpus[1], "second process");
+        side s(*write_to_first, *to_second, -parent);
+        echo(s, o, sizes);
+        std::_Exit(0);
+    }
+    pin(o.cpus[0], "first process");
+    side s(*write_to_second, *to_first, child);
+    drive(s, o, sizes);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "ring_bench: the second process failed\n");
+        return 1;
+    }
+    return 0;
+}
