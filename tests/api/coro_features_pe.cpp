@@ -96,6 +96,7 @@ struct streams {
     coverse::message_stream* nested;
     int nested_done;
     coverse::message_stream *huge, *huge_ack;
+    coverse::message_stream *pair_a, *pair_b, *pair_ack;
 };
 
 // ownership-taking sends, typed payloads
@@ -621,6 +622,93 @@ coverse::task<void> large_count_test(coverse::machine& m, streams st) {
     }
 }
 
+// Two bounded streams owe credits to one PE at once: each PE sends the next one 5.5 times
+// the capacity on each of streams A and B in turn (capacity 8, due after 4 taken), which it can
+// only with both streams' credits back. The receiver takes them in turn and answers every 4
+// pairs with an acknowledgement, whose header carries one stream's credits; the other's go
+// by a credit message (or ride in the next acknowledgement). Every due return goes exactly
+// once, by one way or the other, and the sender ends holding the capacity of both.
+coverse::task<void> take_pairs(coverse::machine& m, streams st, std::uint32_t from, int pairs) {
+    const int pe = static_cast<int>(m.pe());
+    for (int group = 0; group < pairs / 4; ++group) {
+        // The group's 8 messages are all here before any is taken: both streams come due
+        // without this task suspending between (which would let the credit message of the
+        // first go before the second came due), so the acknowledgement finds two returns due
+        // to one PE and carries one.
+        for (int waited = 0; st.pair_a->pending() < 4 || st.pair_b->pending() < 4; ++waited) {
+            EXPECT(waited < 20000, "two streams: group %d never arrived (%zu and %zu here)", pe,
+                   group, st.pair_a->pending(), st.pair_b->pending());
+            co_await coverse::sleep_for(100us);
+        }
+        for (int k = 0; k < 4; ++k) {
+            const int i = group * 4 + k;
+            const int a = co_await st.pair_a->next<int>();
+            const int b = co_await st.pair_b->next<int>();
+            EXPECT(a == i && b == -i, "pair %d came as %d, %d", pe, i, a, b);
+        }
+        co_await m.send_value(from, st.pair_ack->handler(), group * 4 + 3);
+    }
+}
+
+coverse::task<void> two_streams_test(coverse::machine& m, streams st) {
+    auto& a = *st.pair_a;
+    auto& b = *st.pair_b;
+    const std::uint32_t me = m.pe(), n = m.num_pes();
+    const std::uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    const int pe = static_cast<int>(me);
+    // Not a multiple of the capacity: the last returns due are due ones, not the ones a
+    // stream makes when all its credits are taken.
+    const int pairs = 5 * static_cast<int>(a.capacity()) + 4;
+    co_await m.barrier();
+    co_await coverse::sleep_for(2ms);  // returns the earlier tests left due go first
+    const coverse::machine::send_counters before = m.send_stats();
+    coverse::task_scope taker("pair taker");
+    taker.spawn(take_pairs(m, st, prev, pairs), "pair taker");
+    const auto send_all = [&]() -> coverse::task<void> {
+        for (int i = 0; i < pairs; ++i) {
+            co_await m.send_value(next, a.handler(), i);
+            co_await m.send_value(next, b.handler(), -i);
+        }
+    };
+    // A due return lost for either stream would hold this loop at a full window for good.
+    const auto sent = co_await coverse::with_timeout(send_all(), 20s);
+    EXPECT(sent, "two streams: the sends waited 20 s for credits", pe);
+    co_await taker.join();
+    for (int k = 0; k < pairs / 4; ++k) {
+        const int v = co_await st.pair_ack->next<int>();
+        EXPECT(v == k * 4 + 3, "two streams: acknowledgement %d came as %d", pe, k, v);
+    }
+    co_await m.barrier();  // the last returns leave when the delivery that took them ends
+    for (int waited = 0; a.credits_for(next) != a.capacity() || b.credits_for(next) != b.capacity();
+         ++waited) {
+        EXPECT(waited < 10000,
+               "two streams: this PE holds %u and %u credits for PE %u (capacity 8)", pe,
+               a.credits_for(next), b.credits_for(next), next);
+        co_await coverse::sleep_for(1ms);
+    }
+    co_await m.barrier();  // every PE's returns arrived (the counts below are of this PE's)
+    const coverse::machine::send_counters after = m.send_stats();
+    const std::uint64_t riding = after.credits_riding - before.credits_riding;
+    const std::uint64_t messages = after.credit_messages - before.credit_messages;
+    // Each stream comes due once per 4 pairs taken, 2 returns per acknowledgement; one still
+    // due when 4 more are taken (the taking task did not suspend for the credit message) goes
+    // with them, all 8 at once. So between one and two returns per acknowledgement: more is a
+    // return made twice; fewer, with the credits all back (above), cannot be.
+    EXPECT(riding + messages >= static_cast<std::uint64_t>(pairs / 4) &&
+               riding + messages <= static_cast<std::uint64_t>(pairs / 2),
+           "two streams: %d returns due went back %llu + %llu times", pe, pairs / 2,
+           static_cast<unsigned long long>(riding), static_cast<unsigned long long>(messages));
+    EXPECT(a.owed_to(prev) == 0 && b.owed_to(prev) == 0,
+           "two streams: this PE still owes PE %u %u and %u credits", pe, prev, a.owed_to(prev),
+           b.owed_to(prev));
+    // Two returns are due when an acknowledgement goes (nothing runs in between): every
+    // acknowledgement carries one, and the other may ride in a later send (a barrier's).
+    if (n > 1)
+        EXPECT(riding >= static_cast<std::uint64_t>(pairs / 4),
+               "two streams: credits rode in %llu of %d acknowledgements", pe,
+               static_cast<unsigned long long>(riding), pairs / 4);
+}
+
 int nested_done_hits = 0;
 void nested_done_handler(void* msg) {
     CmiFree(msg);
@@ -900,7 +988,10 @@ coverse::task<void> entry(coverse::machine& m) {
                &m.register_stream(8),
                0,
                &m.register_stream(huge_capacity),
-               &m.register_stream()};
+               &m.register_stream(),
+               &m.register_stream(8),
+               &m.register_stream(8),
+               &m.register_stream(0)};
     st.nested_done = CmiRegisterHandler(nested_done_handler);
     st_go = st.go;
     st_go_handler = st.go->handler();
@@ -920,6 +1011,7 @@ coverse::task<void> entry(coverse::machine& m) {
     co_await credits_ride_test(m, st);
     co_await nested_wait_test(m, st);
     co_await large_count_test(m, st);
+    co_await two_streams_test(m, st);
     co_await collectives(m, st);
     co_await onesided(m, st);
     co_await onesided_cancel_test(m, st);
