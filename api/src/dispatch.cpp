@@ -336,7 +336,9 @@ int pe_core::schedule(int max_msgs, bool poll_only) {
             }
             // A coroutine stream's handler resumes the task waiting for the message inline
             // (resume_inline_ok), unless this loop runs inside another handler.
-            if (_net_queue.empty()) {  // a lone message (a ping-pong): no run to look for
+            // A lone message (a ping-pong), or one for a handler that takes them one at a
+            // time (every Converse handler): no run to look for.
+            if (_net_queue.empty() || !has_batch_handler(msg)) {
                 call_handler(msg);
                 ++delivered;
             } else {

@@ -481,6 +481,12 @@ private:
     /// call_handler, or, for a batch handler, that handler with `msg` and the messages for it
     /// queued right behind it (at most `limit` in all); returns how many it delivered.
     std::size_t call_handler_batch(void* msg, std::size_t limit);
+    /// Whether `msg`'s handler takes runs of messages (a coroutine stream's): only then is
+    /// call_handler_batch worth its call.
+    bool has_batch_handler(const void* msg) const noexcept {
+        const std::uint32_t n = static_cast<const CmiMsgHeaderBasic*>(msg)->handler;
+        return n < _handlers.size() && _handlers[n].batch != nullptr;
+    }
     [[gnu::noinline]] void call_handler_slow(void* msg);
     void take_carried_credits(std::uint32_t from, void* msg);
     void run_idle_wait();
