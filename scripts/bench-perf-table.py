@@ -6,7 +6,8 @@ Markdown. With --svg FILE, also plots bandwidth and one-way latency against size
 one line per implementation), written by hand: no plotting library needed.
 
 Implementations: coverse-shm, coverse-tcp, ompi-vader, ompi-tcp, ucx-shm, ucx-tcp, pvr (raw
-process_vm_readv), ring (coverse's shared-memory ring alone); the older files' "coverse" and "mpi" read as coverse-shm and ompi-tcp.
+process_vm_readv), ring (coverse's shared-memory ring alone); the older files' "coverse" and
+"mpi" read as coverse-shm and ompi-tcp.
 
 Usage: scripts/bench-perf-table.py [--svg FILE] RESULTS.jsonl
 """
@@ -365,9 +366,10 @@ def placement_table(path):
           "like here.\n")
     for impls, ours, peer, name in ((SAME_HOST, "coverse-shm", "ompi-vader", "shm/vader"),
                                     (TCP, "coverse-tcp", "ucx-tcp", "tcp/ucx-tcp")):
-        # Only the implementations this file has (the ring floor, say, is optional).
+        # Only the implementations this file has in these rows (the ring floor is optional).
         impls = [i for i in impls
-                 if any(i in by_impl for by_where in split.values() for by_impl in by_where.values())]
+                 if any(i in by_impl for key in PLACED
+                        for by_impl in split.get(key, {}).values())]
         rows = placed_rows(split, impls, ours, peer)
         if not rows:
             continue

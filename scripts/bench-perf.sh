@@ -333,16 +333,16 @@ run_one() {
         pvr)
             local sz=()
             [ -n "$sizes" ] && sz=(--sizes "$sizes")
-            "$build/tools/perf/pvr_bench" ${quick[@]+"${quick[@]}"} ${sz[@]+"${sz[@]}"} \
-                >"$raw" || rc=$?
+            timeout 600 "$build/tools/perf/pvr_bench" ${quick[@]+"${quick[@]}"} \
+                ${sz[@]+"${sz[@]}"} >"$raw" || rc=$?
             ;;
         ring)
             local rs=()
             [ -n "$sizes" ] && rs+=(--sizes "$sizes")
             ((iters > 0)) && rs+=(--iters "$iters")
             ((warmup >= 0)) && rs+=(--warmup "$warmup")
-            "$build/tools/perf/ring_bench" ${quick[@]+"${quick[@]}"} ${rs[@]+"${rs[@]}"} \
-                >"$raw" || rc=$?
+            timeout 600 "$build/tools/perf/ring_bench" ${quick[@]+"${quick[@]}"} \
+                ${rs[@]+"${rs[@]}"} >"$raw" || rc=$?
             ;;
     esac
     floor_after=$(probe_floor)

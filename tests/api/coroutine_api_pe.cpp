@@ -104,7 +104,7 @@ coverse::task<void> entry(coverse::machine& m) {
         for (std::size_t i = 0; i < payload_size; ++i)
             bytes[CmiMsgHeaderSizeBytes + i] = static_cast<std::byte>((i * 7 + me) & 0xFF);
         std::memcpy(bytes + CmiMsgHeaderSizeBytes, &me, sizeof me);
-        const std::vector<std::byte> before(bytes, bytes + size);
+        // Read-only from here: a store into these bytes is a SIGSEGV, which fails the job.
         if (::mprotect(area, mapped, PROT_READ) != 0) CmiAbort("coroutine_api: mprotect failed");
         co_await m.broadcast(std::span<const std::byte>(bytes, size), true);
         std::vector<int> from_each(n, 0);
@@ -121,8 +121,6 @@ coverse::task<void> entry(coverse::machine& m) {
                     CmiAbort("coroutine_api: PE %u: broadcast of %zu B from PE %u corrupt at %zu",
                              me, payload_size, from, k);
         }
-        if (std::memcmp(before.data(), bytes, size) != 0)
-            CmiAbort("coroutine_api: PE %u: broadcast changed the caller's bytes", me);
         ::munmap(area, mapped);
         co_await m.barrier();  // the next round's broadcasts after every PE took this one's
     }

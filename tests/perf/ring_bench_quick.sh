@@ -11,7 +11,8 @@ fail() {
     exit 1
 }
 err=$(mktemp)
-trap 'rm -f "$err"' EXIT
+first=
+trap '[ -n "$first" ] && kill -KILL "$first" 2>/dev/null; rm -f "$err"' EXIT
 
 out=$("$bench" --quick --sizes 8,1K,300K 2>"$err") || fail "--quick failed: $(cat "$err")"
 printf '%s\n' "$out"
@@ -39,7 +40,7 @@ for _ in $(seq 1 100); do
     # The child of $first, from /proc (procps need not be installed): field 4 of stat is
     # the parent's pid (the name in field 2 has no spaces here).
     for stat in /proc/[0-9]*/stat; do
-        read -r pid _ _ ppid _ <"$stat" 2>/dev/null || continue
+        { read -r pid _ _ ppid _ <"$stat"; } 2>/dev/null || continue
         [ "$ppid" = "$first" ] && second=$pid && break
     done
     [ -n "$second" ] && break

@@ -185,8 +185,14 @@ public:
 private:
     void check_peer() {
         // The parent watches its child; the child, its parent (re-parented when it died).
-        const bool gone =
-            _peer > 0 ? ::waitpid(_peer, nullptr, WNOHANG) == _peer : ::getppid() != -_peer;
+        // (A child reaped behind our back, SIGCHLD ignored, reads as ECHILD.)
+        bool gone = false;
+        if (_peer > 0) {
+            const pid_t r = ::waitpid(_peer, nullptr, WNOHANG);
+            gone = r == _peer || (r < 0 && errno == ECHILD);
+        } else {
+            gone = ::getppid() != -_peer;
+        }
         if (gone) fail("the other process stopped");
     }
     [[noreturn]] static void fail(const char* why) {

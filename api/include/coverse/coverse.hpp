@@ -421,9 +421,11 @@ public:
         co_await send(pe, handler, std::as_bytes(std::span<const T>(&value, 1)));
     }
     /// To every PE (spanning tree or flat per BROADCAST_TREE); include_self adds a local copy.
-    /// `msg` (a whole message, header first) is only read: the broadcast goes from a copy
-    /// when its header does not name this PE as the root yet (the first broadcast of a
-    /// message), or holds the API's flags; a large one is sent straight from `msg` otherwise.
+    /// `msg` (a whole message, header first) is only read. It goes from a copy unless its
+    /// header already names this PE as the root (`root_plus_one == pe() + 1`, which
+    /// make_message does not set) and holds none of the API's flags; only such a header
+    /// lets a large one go straight from `msg` (then, over verbs, `msg` must be writable
+    /// memory: it is registered for RDMA).
     task<void> broadcast(std::span<const std::byte> msg, bool include_self = false);
     /// Completes once every PE reached the barrier (a collective: numbered, cancellable, and
     /// failed by a lost PE like the typed ones below).
