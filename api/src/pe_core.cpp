@@ -574,9 +574,10 @@ std::optional<std::string> pe_core::read_line() {
     // connected to, which stop and tell theirs in turn. Under CONNECT=lazy the others are not
     // connected to us and would only see the PE that told them go.
     if (!_launcher) relay_abort(text);
-    // Its shared-memory names go now: under CONNECT=lazy the doorbell stays named while the
-    // PE runs (a peer may still come), and without coverse-run nobody removes it later.
-    if (_rdma) _rdma->unlink_names();
+    // Its shared-memory names go now, and those of the job's other PEs on this host: under
+    // CONNECT=lazy a doorbell stays named while its PE runs (a peer may still come), and
+    // without coverse-run nobody removes them later; Slurm stops the others with SIGKILL.
+    if (_rdma) _rdma->unlink_names(true);
     if (_launcher) {
         _launcher->abort(1, text);
     } else if (_startup) {

@@ -2,6 +2,8 @@
 // (shared-memory slots, and the slots written by one-sided put).
 #include <coverse/rdma/eager.hpp>
 
+#include "shm_names.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -114,7 +116,10 @@ eager_segment::~eager_segment() {
 }
 
 void eager_segment::unlink() noexcept {
-    if (_linked) ::shm_unlink(_name.c_str());
+    if (_linked) {
+        ::shm_unlink(_name.c_str());
+        detail::forget_shm_name(_name);
+    }
     _linked = false;
 }
 
@@ -166,6 +171,7 @@ eager_segment eager_segment::create(const std::string& name, eager_kind kind, st
         new (&s._freed[i]) std::atomic<std::uint32_t>(0);
     std::atomic_thread_fence(std::memory_order_release);
     h->magic = magic_value;
+    detail::remember_shm_name(name, false);
     return s;
 }
 

@@ -384,11 +384,25 @@ void layer::impl::ring_wake() {
         if (p.in_ring) p.in_ring->cancel_sleep();
 }
 
-void layer::unlink_names() noexcept {
+void layer::unlink_names(bool whole_job) noexcept {
     impl& m = *_impl;
     for (auto& p : m.peers)
         if (p.in_ring) p.in_ring->unlink();
     if (m.bell) m.bell->unlink();
+    if (!whole_job || !m.shm_wanted) return;
+    // Rings, eager channels ("coverse-KEY-PE-...") and doorbells ("coverse-KEY-PE.bell") of
+    // every PE of this job: all start "coverse-KEY-".
+    char prefix[40];
+    std::snprintf(prefix, sizeof prefix, "coverse-%016" PRIx64 "-", m.cfg.job_key);
+    DIR* d = ::opendir("/dev/shm");
+    if (!d) return;
+    std::string path;
+    while (const dirent* e = ::readdir(d)) {
+        if (!std::string_view(e->d_name).starts_with(prefix)) continue;
+        path.assign("/dev/shm/").append(e->d_name);
+        ::unlink(path.c_str());
+    }
+    ::closedir(d);
 }
 
 void layer::impl::shm_close() {

@@ -2,6 +2,8 @@
 // producer/consumer protocol, and the sleep/doorbell handshake.
 #include <coverse/rdma/shm_ring.hpp>
 
+#include "shm_names.hpp"
+
 #include <fcntl.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -113,6 +115,7 @@ shm_ring shm_ring::create(const std::string& name, std::size_t capacity, shm_sle
     h->magic = ring_magic;
     shm_ring r(name, p, bytes);
     r._linked = true;
+    detail::remember_shm_name(name, false);
     return r;
 }
 
@@ -146,7 +149,10 @@ shm_ring shm_ring::open(const std::string& name) {
 }
 
 void shm_ring::unlink() noexcept {
-    if (_linked) ::shm_unlink(_name.c_str());
+    if (_linked) {
+        ::shm_unlink(_name.c_str());
+        detail::forget_shm_name(_name);
+    }
     _linked = false;
 }
 
@@ -398,6 +404,7 @@ shm_doorbell shm_doorbell::create(const std::string& path) {
     }
     shm_doorbell bell(path, fd, true);
     bell._replaced_stale = replaced;
+    detail::remember_shm_name(path, true);
     return bell;
 }
 
@@ -431,7 +438,10 @@ void shm_doorbell::drain() noexcept {
 }
 
 void shm_doorbell::unlink() noexcept {
-    if (_owner && !_path.empty()) ::unlink(_path.c_str());
+    if (_owner && !_path.empty()) {
+        ::unlink(_path.c_str());
+        detail::forget_shm_name(_path);
+    }
     _owner = false;
 }
 

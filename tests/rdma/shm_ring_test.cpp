@@ -1,6 +1,7 @@
 // Tests of shm_ring and shm_doorbell: records round-trip in order with their fields and bytes
 // (edge sizes, wrap-around, a full ring, another thread or process), the sleep handshake,
 // errors that name the object, the doorbell FIFO, and what moves and destructors unlink.
+#include <coverse/rdma/eager.hpp>
 #include <coverse/rdma/shm_ring.hpp>
 
 #include <fcntl.h>
@@ -1185,3 +1186,77 @@ TEST(shm_ring, a_consumer_that_sleeps_whenever_it_can_is_woken_for_every_record)
 
 }  // namespace
 }  // namespace coverse::rdma
+
+// A process ended by SIGTERM, SIGINT or SIGHUP (mpirun or srun stopping a job after another
+// PE aborted, scancel, Ctrl-C) removes the /dev/shm names it created (rings, eager channels,
+// its doorbell) and still dies of that signal; a program's own handler is left in charge.
+namespace {
+bool shm_entry_exists(const std::string& shm_name) {  // shm_open's name: "/x" is /dev/shm/x
+    return ::access(("/dev/shm" + shm_name).c_str(), F_OK) == 0;
+}
+
+void on_term_kept(int) {}
+
+// Forks a child that makes a ring, an eager channel and a doorbell, says so, and waits for
+// `sig`; returns how it ended. With `own_handler` the child first installs its own handler,
+// which then stays: the child lives on, and the test stops it with SIGKILL.
+int end_of_child_with_names(const std::string& base, int sig, bool own_handler) {
+    int ready[2];
+    EXPECT_EQ(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::close(ready[0]);
+        if (own_handler) ::signal(sig, on_term_kept);
+        {
+            auto ring = coverse::rdma::shm_ring::create(base + "-ring", 1 << 16);
+            auto eager = coverse::rdma::eager_segment::create(
+                base + "-eager", coverse::rdma::eager_kind::short_slots, 4, 64);
+            auto bell = coverse::rdma::shm_doorbell::create("/dev/shm" + base + ".bell");
+            const char c = 'r';
+            if (::write(ready[1], &c, 1) != 1) ::_exit(3);
+            for (;;)
+                ::pause();
+        }
+    }
+    ::close(ready[1]);
+    char c = 0;
+    EXPECT_EQ(::read(ready[0], &c, 1), 1) << "the child made no names";
+    ::close(ready[0]);
+    ::kill(child, sig);
+    if (own_handler) {
+        ::usleep(100 * 1000);  // its handler ran and returned: still alive
+        EXPECT_EQ(::waitpid(child, nullptr, WNOHANG), 0) << "a program's own handler was replaced";
+        ::kill(child, SIGKILL);
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(child, &status, 0), child);
+    return status;
+}
+}  // namespace
+
+TEST(ShmNames, RemovedWhenAStopSignalEndsTheProcess) {
+    for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+        const std::string base =
+            "/coverse-test-names-" + std::to_string(::getpid()) + "-" + std::to_string(sig);
+        const int status = end_of_child_with_names(base, sig, false);
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig)
+            << "signal " << sig << ": the process did not die of it (status " << status << ")";
+        EXPECT_FALSE(shm_entry_exists(base + "-ring")) << "signal " << sig;
+        EXPECT_FALSE(shm_entry_exists(base + "-eager")) << "signal " << sig;
+        EXPECT_FALSE(shm_entry_exists(base + ".bell")) << "signal " << sig;
+        ::shm_unlink((base + "-ring").c_str());
+        ::shm_unlink((base + "-eager").c_str());
+        ::unlink(("/dev/shm" + base + ".bell").c_str());
+    }
+}
+
+TEST(ShmNames, AProgramsOwnHandlerStays) {
+    const std::string base = "/coverse-test-names-own-" + std::to_string(::getpid());
+    const int status = end_of_child_with_names(base, SIGTERM, true);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    // SIGKILL cannot be caught: the names stay, and are removed here.
+    EXPECT_TRUE(shm_entry_exists(base + "-ring"));
+    ::shm_unlink((base + "-ring").c_str());
+    ::shm_unlink((base + "-eager").c_str());
+    ::unlink(("/dev/shm" + base + ".bell").c_str());
+}

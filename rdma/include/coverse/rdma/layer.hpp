@@ -182,8 +182,11 @@ public:
     /// Unmaps rings, stops the layer's tasks, releases providers. After the mesh shut down.
     void close();
     /// Removes this PE's shared-memory names (doorbell, rings not yet mapped) without
-    /// closing anything: for a PE about to exit at once (CmiAbort).
-    void unlink_names() noexcept;
+    /// closing anything: for a PE about to exit at once (CmiAbort). With `whole_job`, every
+    /// name of this job in /dev/shm, the other PEs' on this host too: the job is ending, and
+    /// a resource manager may stop them with SIGKILL, which leaves theirs behind (Slurm
+    /// after a PMIx_Abort). Mappings and open descriptors stay valid.
+    void unlink_names(bool whole_job = false) noexcept;
 
     /// A peer died: fail what is in flight with it (the machine core decides what follows).
     void peer_lost(std::uint32_t pe);
