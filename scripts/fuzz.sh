@@ -57,6 +57,6 @@ if [ "$only" = all ] || [ "$only" = frame_reader ]; then
     run frame_reader
 fi
 if [ "$only" = all ] || [ "$only" = eager_footer ]; then
-    build eager_footer rdma/src/eager_segment.cpp
+    build eager_footer rdma/src/eager_segment.cpp rdma/src/shm_names.cpp
     run eager_footer
 fi
