@@ -100,9 +100,12 @@ inline constexpr std::uint32_t header_flag_carries_credits = 0x4;
 /// PE bits mean nothing without 0x2. The API's own sends clear all of api_header_bits.)
 inline constexpr std::uint32_t api_header_bits =
     header_flag_stream_credit | header_flag_carries_credits | (~0u << header_source_shift);
+/// Whether a header holds 0x2 or 0x4 (then the API's bits need clearing).
+inline bool has_api_flags(const CmiMsgHeaderBasic& h) noexcept {
+    return (h.flags & (header_flag_stream_credit | header_flag_carries_credits)) != 0;
+}
 inline void clear_api_flags(void* msg) noexcept {
-    constexpr std::uint32_t api_flags = header_flag_stream_credit | header_flag_carries_credits;
-    if (header_of(msg)->flags & api_flags) [[unlikely]]
+    if (has_api_flags(*header_of(msg))) [[unlikely]]
         header_of(msg)->flags &= ~api_header_bits;
 }
 /// Trace ids: send handles are (generation << 32 | slot); receive handles and broadcast

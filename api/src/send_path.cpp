@@ -353,8 +353,7 @@ task<void> pe_core::broadcast_async(std::span<const std::byte> msg, bool include
     if (msg.size() >= CmiMsgHeaderSizeBytes) {
         CmiMsgHeaderBasic head;
         std::memcpy(&head, msg.data(), sizeof head);
-        if (head.root_plus_one != _pe + 1 ||
-            (head.flags & (header_flag_stream_credit | header_flag_carries_credits))) {
+        if (head.root_plus_one != _pe + 1 || has_api_flags(head)) {
             buf = alloc::msg_alloc(msg.size());
             if (!buf)
                 fatal("broadcast: out of memory copying " + std::to_string(msg.size()) + " bytes");

@@ -73,19 +73,26 @@ void layer::impl::shm_create() {
     }
 }
 
+namespace {
+// Removes every entry of /dev/shm whose name starts with `prefix` (no leading '/'): shared
+// memory objects and FIFOs alike are files there.
+void unlink_shm_entries(std::string_view prefix) noexcept {
+    DIR* d = ::opendir("/dev/shm");
+    if (!d) return;
+    std::string path;
+    while (const dirent* e = ::readdir(d)) {
+        if (!std::string_view(e->d_name).starts_with(prefix)) continue;
+        path.assign("/dev/shm/").append(e->d_name);
+        ::unlink(path.c_str());
+    }
+    ::closedir(d);
+}
+}  // namespace
+
 void layer::impl::remove_stale_names() {
     // We hold this PE's doorbell of this job key, so no running process is this PE of this
     // job: every ring and eager channel named for it was left by a crashed one.
-    std::string name = pe_shm_prefix(cfg.job_key, cfg.rank);
-    const std::string prefix = name.substr(1);  // a directory entry has no leading '/'
-    DIR* d = ::opendir("/dev/shm");
-    if (!d) return;
-    while (const dirent* e = ::readdir(d)) {
-        if (!std::string_view(e->d_name).starts_with(prefix)) continue;
-        name.assign(1, '/').append(e->d_name);
-        ::shm_unlink(name.c_str());
-    }
-    ::closedir(d);
+    unlink_shm_entries(std::string_view(pe_shm_prefix(cfg.job_key, cfg.rank)).substr(1));
 }
 
 void layer::impl::shm_start() {
@@ -394,15 +401,7 @@ void layer::unlink_names(bool whole_job) noexcept {
     // every PE of this job: all start "coverse-KEY-".
     char prefix[40];
     std::snprintf(prefix, sizeof prefix, "coverse-%016" PRIx64 "-", m.cfg.job_key);
-    DIR* d = ::opendir("/dev/shm");
-    if (!d) return;
-    std::string path;
-    while (const dirent* e = ::readdir(d)) {
-        if (!std::string_view(e->d_name).starts_with(prefix)) continue;
-        path.assign("/dev/shm/").append(e->d_name);
-        ::unlink(path.c_str());
-    }
-    ::closedir(d);
+    unlink_shm_entries(prefix);
 }
 
 void layer::impl::shm_close() {
