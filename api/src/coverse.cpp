@@ -37,6 +37,26 @@ struct credit_return {
     std::uint32_t from;   // the PE whose stream the credits are for
     std::uint32_t count;  // messages its tasks took
 };
+
+// `n` bytes from `src` to `dst`; up to 16 of them without a call to memcpy (two overlapping
+// loads and stores): a copying send's 8 B payload spent ~24 instructions in the call.
+inline void copy_bytes(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+    if (n >= 8 && n <= 16) {
+        std::uint64_t head, tail;
+        std::memcpy(&head, src, 8);
+        std::memcpy(&tail, src + n - 8, 8);
+        std::memcpy(dst, &head, 8);
+        std::memcpy(dst + n - 8, &tail, 8);
+    } else if (n >= 4 && n < 8) {
+        std::uint32_t head, tail;
+        std::memcpy(&head, src, 4);
+        std::memcpy(&tail, src + n - 4, 4);
+        std::memcpy(dst, &head, 4);
+        std::memcpy(dst + n - 4, &tail, 4);
+    } else if (n > 0) {
+        std::memcpy(dst, src, n);
+    }
+}
 }  // namespace
 
 // ---- peer_lost -------------------------------------------------------------------------------
@@ -332,11 +352,6 @@ message_stream& machine::register_stream(std::uint32_t capacity) {
     return *s;
 }
 
-message_stream* machine::stream_for(int handler) noexcept {
-    const auto index = static_cast<std::size_t>(handler);  // internal handlers: past the end
-    return handler >= 0 && index < _stream_by_handler.size() ? _stream_by_handler[index] : nullptr;
-}
-
 semaphore& machine::credits(int handler, std::uint32_t pe) {
     message_stream& s = *stream_for(handler);
     if (s._credits.empty()) s._credits.resize(num_pes());
@@ -476,7 +491,7 @@ task<void> machine::send_bytes(std::uint32_t pe, std::span<const std::byte> byte
 
 // ---- send_op -----------------------------------------------------------------------------
 
-bool send_op::await_ready() {
+bool send_op::send_or_prepare() {
     semaphore* wait = nullptr;
     if (_copying) {
         _copying = false;
@@ -520,54 +535,49 @@ bool machine::send_at_once(std::uint32_t pe, message& msg, semaphore*& wait) {
     return send_small(pe, msg);
 }
 
-// The credits this PE holds for `handler`'s stream on `pe`; null for an unbounded stream or
-// a handler that is no stream.
-semaphore* machine::bounded_credits(int handler, std::uint32_t pe) {
-    message_stream* s = stream_for(handler);
-    if (!s || s->capacity() == 0) return nullptr;
-    return pe < s->_credits.size() && s->_credits[pe] ? s->_credits[pe].get()
-                                                      : &credits(handler, pe);
+// A copying send's frameless attempt (send_op::await_ready, inline): a small payload goes
+// into the peer's ring from a message composed on this stack, the copy the ring makes being
+// the only one. (An allocated copy, written and freed per send, cost the coroutine API's 8 B
+// rate ~10 % against the facade's sends of one buffer.) Anything else is left untouched to
+// send_copy_at_once: this path is measured against CmiAsyncSend's (docs/perf.md, stop 32).
+bool machine::send_copy_now(std::uint32_t pe, int handler, std::span<const std::byte> payload) {
+    constexpr std::size_t on_stack = 512;
+    const std::size_t size = CmiMsgHeaderSizeBytes + payload.size();
+    if (pe >= _core->num_pes() || _core->is_lost(pe) || size > on_stack) [[unlikely]]
+        return false;
+    semaphore* credit = bounded_credits(handler, pe);  // taken, when not null
+    if (credit && !credit->try_acquire()) [[unlikely]]
+        return false;
+    alignas(16) std::byte buf[on_stack];
+    CmiMsgHeaderBasic h{};
+    h.handler = static_cast<std::uint32_t>(handler);
+    if (credit) h.flags = credited_flags();
+    const std::uint32_t carried = carry_due_credits(pe, h, size);
+    std::memcpy(buf, &h, sizeof h);
+    copy_bytes(buf + CmiMsgHeaderSizeBytes, payload.data(), payload.size());
+    if (!_core->send_now_borrowing(pe, buf, static_cast<std::uint32_t>(size))) [[unlikely]] {
+        if (carried) restore_due_credits(pe, carried);
+        if (credit) credit->release(1);  // nobody waits for it: try_acquire found none
+        return false;
+    }
+    ++_send_stats.copied_frameless;
+    return true;
 }
 
-// A copying send's frameless attempt: a small payload goes into the peer's ring from a
-// message composed on this stack, the copy the ring makes being the only one. (An allocated
-// copy, written and freed per send, cost the coroutine API's 8 B rate ~10 % against the
-// facade's sends of one buffer.) Otherwise, or when the ring cannot take it, the copy is made
-// in `msg`, credited if the stream credit was taken, for send_rest.
+// The rest of a copying send (send_copy_now did not send it): the checks, the stream credit
+// (`wait`, when there is none to take), and a copy in `msg` that goes like a taken message
+// (frameless when it fits now; else send_rest sends it).
 bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const std::byte> payload,
                                 message& msg, semaphore*& wait) {
-    if (pe >= _core->num_pes() || _core->is_lost(pe)) [[unlikely]] {
-        check_pe(pe, "send");
-        check_not_lost(pe, "a send to it");
-    }
+    check_pe(pe, "send");
+    check_not_lost(pe, "a send to it");
     semaphore* credit = bounded_credits(handler, pe);  // taken, when not null
     if (credit && !credit->try_acquire()) {
-        wait = credit;
+        wait = credit;  // send_rest waits for it, then credits the copy
         msg = make_message(handler, payload);
         ++_send_stats.copied_allocated;
         return false;
     }
-    const bool credited = credit != nullptr;
-    // Small enough for the ring or an eager slot: composed on this stack and copied there.
-    constexpr std::size_t on_stack = 512;
-    if (const std::size_t size = CmiMsgHeaderSizeBytes + payload.size(); size <= on_stack) {
-        alignas(16) std::byte buf[on_stack];
-        CmiMsgHeaderBasic h{};
-        h.handler = static_cast<std::uint32_t>(handler);
-        if (credited) h.flags = credited_flags();
-        const std::uint32_t carried = carry_due_credits(pe, h, size);
-        std::memcpy(buf, &h, sizeof h);
-        if (!payload.empty())
-            std::memcpy(buf + CmiMsgHeaderSizeBytes, payload.data(), payload.size());
-        if (_core->send_now_borrowing(pe, buf, static_cast<std::uint32_t>(size))) {
-            if (_core->is_lost(pe)) [[unlikely]]
-                throw peer_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
-            ++_send_stats.copied_frameless;
-            return true;
-        }
-        if (carried) restore_due_credits(pe, carried);
-    }
-    // An allocated copy, which goes like a taken message (frameless when it fits now).
     try {
         msg = make_message(handler, payload);
     } catch (...) {
@@ -575,7 +585,7 @@ bool machine::send_copy_at_once(std::uint32_t pe, int handler, std::span<const s
         throw;
     }
     ++_send_stats.copied_allocated;
-    if (credited) mark_credited(msg);
+    if (credit) mark_credited(msg);
     carry_due_credits(pe, msg);
     return send_small(pe, msg);
 }

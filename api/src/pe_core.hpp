@@ -216,18 +216,24 @@ public:
     /// once: start_send is nullopt when every handle slot is in use (then send_async), else
     /// the handle (null: finished); finish_send waits for it and releases it.
     std::optional<CmiCommHandle> start_send(std::uint32_t dest, std::span<const std::byte> msg);
-    /// The small-message fast path alone (try_send_now), taking ownership of `msg` (a whole
-    /// CmiAlloc'd message): true when it is in the peer's ring or eager slot, so the send is
-    /// done and `msg` freed; false leaves it to the caller.
+    /// The small-message fast path alone (try_send_now's), for a message the coroutine API
+    /// composed and checked (its header whole, its flags the API's own, `dest` a PE of the
+    /// job): inline, without the checks the API made already (the coroutine API's copying
+    /// send cost ~40 % more instructions than CmiAsyncSend, docs/perf.md stop 32).
+    /// send_now_taking takes ownership of `msg` (a whole CmiAlloc'd message): true when it
+    /// is in the peer's ring or eager slot, so the send is done and `msg` freed; false
+    /// leaves it to the caller.
     bool send_now_taking(std::uint32_t dest, void* msg) {
-        return try_send_now(static_cast<int>(dest), static_cast<int>(alloc::msg_size(msg)), msg,
-                            ownership::take, true);
+        if (!api_send_now(dest, msg, static_cast<std::uint32_t>(alloc::msg_size(msg)),
+                          _medium_boundary))
+            return false;
+        alloc::msg_free(msg);
+        return true;
     }
     /// The same from a caller's buffer (a whole message of `size` bytes, at most the small
     /// boundary), copied into the ring or slot: true when it went.
     bool send_now_borrowing(std::uint32_t dest, const void* msg, std::uint32_t size) {
-        return try_send_now(static_cast<int>(dest), static_cast<int>(size), const_cast<void*>(msg),
-                            ownership::borrow, true);
+        return api_send_now(dest, msg, size, _small_boundary);
     }
     task<void> finish_send(CmiCommHandle h, std::uint32_t dest);
     task<void> broadcast_async(std::span<const std::byte> msg, bool include_self);
@@ -461,11 +467,21 @@ private:
     };
     /// The fast path of send(): true when the message is already in the peer's eager slot or
     /// ring (then nothing else is left to do); false: take the full path.
-    /// `api_header`: the coroutine API composed the header (its credit and carried-credit
-    /// flags mean what they say); any other send's header has those flags cleared (a
-    /// Converse program's header may hold anything there: a stack message with only its
-    /// handler set). So do sends the API opens through send() (_api_send).
-    bool try_send_now(int dest, int size, void* msg, ownership own, bool api_header = false);
+    /// The header's API flags (stream credit, carried credits) are cleared: a Converse
+    /// program's header may hold anything there (a stack message with only its handler
+    /// set). Not for sends the API opens through send() (_api_send), whose flags mean what
+    /// they say; the API's own fast path is api_send_now.
+    bool try_send_now(int dest, int size, void* msg, ownership own);
+    // try_send_now for the API's messages (see send_now_taking): at most `limit` bytes.
+    bool api_send_now(std::uint32_t dest, const void* msg, std::uint32_t size,
+                      std::uint32_t limit) noexcept {
+        if (!_rdma || dest >= _num_pes || dest == _pe || size > limit || trace::enabled())
+            [[unlikely]]
+            return false;
+        if (!_rdma->try_send_now(dest, static_cast<const std::byte*>(msg), size)) return false;
+        ++_send_seq[dest];
+        return true;
+    }
     void check_message(int size, const void* msg, const char* caller);
     open_send begin_send(int size, void* msg, ownership own, const char* caller);
     void send_to_self(const open_send& o, const char* caller);

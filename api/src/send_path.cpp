@@ -165,14 +165,14 @@ void pe_core::frame_done(frame_ticket& t, int result) {
 // no completion, no copy of our own. It needs what the full path would have done at once
 // anyway: nothing queued before it to that PE (order), tracing off (tracing records a handle
 // per send), and a size the stream path takes (not a rendezvous).
-bool pe_core::try_send_now(int dest, int size, void* msg, ownership own, bool api_header) {
+bool pe_core::try_send_now(int dest, int size, void* msg, ownership own) {
     const auto usize = static_cast<std::uint32_t>(size);
     if (!_rdma || static_cast<std::uint32_t>(dest) >= _num_pes ||
         static_cast<std::uint32_t>(dest) == _pe || size < CmiMsgHeaderSizeBytes || !msg ||
         usize > _medium_boundary || (own == ownership::borrow && usize > _small_boundary) ||
         trace::enabled())
         return false;
-    if (!api_header && !_api_send) clear_api_flags(msg);
+    if (!_api_send) clear_api_flags(msg);
     if (!_rdma->try_send_now(static_cast<std::uint32_t>(dest), static_cast<const std::byte*>(msg),
                              usize))
         return false;

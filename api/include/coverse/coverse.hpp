@@ -336,7 +336,7 @@ public:
 
     /// Sends now when it can (true); else prepares the task that await_suspend starts.
     /// Throws as the send would (std::out_of_range, std::invalid_argument, peer_lost).
-    bool await_ready();
+    bool await_ready();  // inline, after machine
     template <class P>
     auto await_suspend(std::coroutine_handle<P> caller) noexcept {
         return task<void>::awaiter{_slow.handle()}.await_suspend(caller);
@@ -349,6 +349,9 @@ public:
 
 private:
     static task<void> run(send_op op);
+    // Everything but a copying send's frameless attempt: the checks that throw, the stream
+    // credit to wait for, the copy, the send as a task when it cannot go at once.
+    bool send_or_prepare();
     machine* _m;
     std::uint32_t _pe;
     int _handler = -1;                    // a copying send's handler
@@ -597,11 +600,21 @@ private:
     /// The same for a copying send: false leaves the copy made in `msg`.
     bool send_copy_at_once(std::uint32_t pe, int handler, std::span<const std::byte> payload,
                            message& msg, semaphore*& wait);
+    /// A copying send's frameless attempt alone, all or nothing: true when it went; false
+    /// leaves no credit taken and nothing carried (send_copy_at_once then does the rest).
+    bool send_copy_now(std::uint32_t pe, int handler, std::span<const std::byte> payload);
     task<void> send_rest(std::uint32_t pe, message msg, semaphore* wait);
     void mark_credited(message& msg) const noexcept;
     /// The header flags of a send that took a stream credit: the flag and this PE.
     std::uint32_t credited_flags() const noexcept;
-    semaphore* bounded_credits(int handler, std::uint32_t pe);
+    /// The credits this PE holds for `handler`'s stream on `pe`; null for an unbounded
+    /// stream or a handler that is no stream. Inline: every copying send looks.
+    semaphore* bounded_credits(int handler, std::uint32_t pe) {
+        message_stream* s = stream_for(handler);
+        if (!s || s->_capacity == 0) return nullptr;
+        if (pe < s->_credits.size() && s->_credits[pe]) return s->_credits[pe].get();
+        return &credits(handler, pe);  // the first send there
+    }
     bool send_small(std::uint32_t pe, message& msg);
     /// Puts the credits this PE owes `pe` into header `h` of a small message (`size` bytes) about
     /// to go to `pe` (it waits for no stream credit; by the full path it may still wait for a
@@ -612,7 +625,11 @@ private:
     void carry_due_credits(std::uint32_t pe, message& msg) noexcept;
     void check_not_lost(std::uint32_t pe, const char* what) const;
     void check_pe(std::uint32_t pe, const char* what) const;
-    message_stream* stream_for(int handler) noexcept;
+    message_stream* stream_for(int handler) noexcept {
+        const auto index = static_cast<std::size_t>(handler);  // internal handlers: past the end
+        return handler >= 0 && index < _stream_by_handler.size() ? _stream_by_handler[index]
+                                                                 : nullptr;
+    }
     semaphore& credits(int handler, std::uint32_t pe);
     void return_credits(std::uint32_t to, int handler, std::uint32_t count);
     /// Credits a stream owes `pe` reached its return point (`stream` took them): they go
@@ -652,6 +669,11 @@ private:
     task_scope _scope{"coverse::machine"};
     send_counters _send_stats;
 };
+
+inline bool send_op::await_ready() {
+    if (_copying && _m->send_copy_now(_pe, _handler, _payload)) return true;
+    return send_or_prepare();
+}
 
 /// Starts this PE (launcher, mesh, handlers), runs `entry(machine)` on its scheduler while
 /// delivering Converse messages, waits for the tasks of machine::scope(), then shuts down
