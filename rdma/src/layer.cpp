@@ -46,6 +46,7 @@ layer_config layer_config::from_settings() {
     c.eager_short_bytes = std::min<std::uint32_t>(
         clamp32(std::max<std::size_t>(1, settings::count("EAGER_SHORT_MESSAGE_BOUNDARY"))),
         eager_segment::largest_capacity);
+    c.eager_short_minimum = clamp32(settings::count("EAGER_SHORT_MINIMUM"));
     c.eager_pollset = settings::count("EAGER_SHORT_POLLSET_SIZE_MAXIMUM");
     c.eager_credit_delay_ns = static_cast<std::uint64_t>(
         std::chrono::nanoseconds(settings::duration("EAGER_CREDIT_DELAY")).count());
@@ -620,8 +621,8 @@ std::string layer::impl::eager_for(std::uint32_t pe) const {
     const bool ring = p.ready ? p.out_ring.has_value() : p.same_host && shm_wanted && !shm_failed;
     const provider_kind publish = p.ready ? p.publish_with : offer_for(pe);
     return describe_eager(ring ? stream_path::shm_ring : stream_path::connection, publish,
-                          cfg.eager_by_put(publish), cfg.eager_short_bytes, cfg.eager_slots,
-                          cfg.eager_threshold, cfg.eager_interval_ns);
+                          cfg.eager_by_put(publish), cfg.eager_short_bytes, cfg.eager_short_minimum,
+                          cfg.eager_slots, cfg.eager_threshold, cfg.eager_interval_ns);
 }
 
 const protocol_table& layer::impl::table_for(std::uint32_t pe) const noexcept {

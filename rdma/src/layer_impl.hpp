@@ -304,7 +304,9 @@ struct peer {
     eager_tx* gate = nullptr;
     std::unique_ptr<eager_segment> gate_segment;  // a dropped gate channel, until drained
     std::uint64_t gate_drain = 0;
-    std::uint64_t caught_up_asked_at = ~std::uint64_t{0};  // ring_polls at may_switch_to's last ask
+    // ring_polls at may_switch_to's last ask, or at the last message ring_write_now wrote:
+    // a message after it in the same turn of the loop belongs to a burst (ring_burst_write).
+    std::uint64_t caught_up_asked_at = ~std::uint64_t{0};
     // Receiving: the short channel we opened for this peer, and the busy-sender window.
     eager_rx* eager_in = nullptr;
     std::unique_ptr<tcp_rx> tcp_in;   // over the connection: our slots for this sender
@@ -469,7 +471,7 @@ struct layer::impl {
     bool ring_pump(std::uint32_t dest);
     bool ring_poll();
     /// A whole message from `p`'s ring went up: the busy-sender window counts it.
-    void note_ring_message(std::uint32_t p);
+    void note_ring_message(std::uint32_t p, std::uint32_t size);
     bool ring_try_sleep();
     void ring_wake();
     static task<void> bell_task(impl* self);

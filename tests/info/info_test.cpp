@@ -235,7 +235,7 @@ TEST(coverse_info, the_eager_channel_is_printed_beside_each_table) {
     const run_result r = run_info({"++set", "EAGER_SHORT_SLOTS=4"}, {});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_TRUE(
-        has(line_of(r.out, "same host:"), "; eager/short/shm 0..16384 B once busy (4 slots;"))
+        has(line_of(r.out, "same host:"), "; eager/short/shm 513..16384 B once busy (4 slots;"))
         << r.out;
     EXPECT_TRUE(has(line_of(r.out, "other host, no verbs:"), "; eager/short/frames/tcp 0..16384 B"))
         << r.out;

@@ -230,6 +230,10 @@ protected:
         _opt.cfg.eager_interval_ns = 3'000'000'000;
         _opt.cfg.eager_slots = GetParam().slots;
         _opt.cfg.eager_short_bytes = 16384;
+        // Short channels take every size here, as the tests below were written (8 B notes
+        // open them); EAGER_SHORT_MINIMUM's default has its own test
+        // (small_messages_stay_on_the_ring...).
+        _opt.cfg.eager_short_minimum = 0;
         _opt.cfg.medium_boundary = 16384;
     }
     pair_options _opt;
@@ -566,6 +570,80 @@ TEST_P(eager, a_busy_receiver_takes_slot_and_stream_messages_in_send_order) {
     EXPECT_EQ(r.pe0, 0) << "13: no channel for the paced messages, 14: no note from the receiver";
     EXPECT_EQ(r.pe1, 0) << "10-12: a note not sent, 15: no channel to the sender, 20-23: "
                            "a message missing, wrong or not in a slot";
+}
+
+// EAGER_SHORT_MINIMUM (512 bytes by default): on one host, messages up to it go by the ring
+// and earn no channel; larger ones earn one and take its slots, a small message right
+// behind them still comes after them, and small ones keep to the ring while it is open.
+TEST_P(eager, small_messages_stay_on_the_ring_and_larger_ones_take_the_slots_in_order) {
+    if (!GetParam().rings()) GTEST_SKIP() << "the minimum is for channels beside a ring";
+    if (GetParam().slots == 1) GTEST_SKIP() << "the slot count plays no part: 16 slots cover it";
+    pair_options opt = _opt;
+    opt.cfg.eager_short_minimum = layer_config{}.eager_short_minimum;
+    ASSERT_EQ(opt.cfg.eager_short_minimum, 512u);
+    // Small ones only (threshold 1: one larger message would open a channel at once).
+    const std::vector<std::size_t> small{8, 64, 496, 8, 512, 100, 16, 8};
+    std::vector<std::size_t> small_only;
+    for (std::size_t k = 0; k < 200; ++k)
+        small_only.push_back(small[k % small.size()]);
+    // Then sizes on both sides of the minimum, mixed (whole messages: 512 bytes is the
+    // ring's, 513 the channel's). Sent in fours with a pause between: each four begins
+    // with a larger one (a message after one on the ring takes a slot only once the
+    // receiver has caught up on the ring), and small ones follow it right behind.
+    const std::vector<std::size_t> both{1024, 8, 513, 8, 4000, 512, 16384, 64, 2048, 100};
+    std::vector<std::size_t> mixed;
+    for (std::size_t k = 0; k < 400; ++k)
+        mixed.push_back(both[k % both.size()]);
+    const std::size_t larger = static_cast<std::size_t>(
+        std::count_if(mixed.begin(), mixed.end(), [](std::size_t z) { return z > 512; }));
+    const auto r = run_pair(
+        opt,
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = send_paced(n, 1, small_only)) return rc;
+            // PE 1 took them all and opened no channel.
+            if (!n.wait_messages(1, 60s)) return 13;
+            alloc::msg_free(n.inbox.front().msg);
+            n.inbox.pop_front();
+            if (n.rdma->eager_stats().writing != 0) return 14;
+            if (const int rc = send_paced(n, 1, mixed)) return rc;
+            // Small ones again, now with the channel open (and drained at each pause).
+            if (n.rdma->eager_stats().writing == 0) return 15;
+            return send_paced(n, 1, small_only);
+        },
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = receive_checked(n, small_only, 1)) return rc;
+            const auto before = n.rdma->eager_stats();
+            if (before.opened != 0 || before.receives != 0) {
+                std::fprintf(stderr,
+                             "PE 1: %llu channels opened, %llu slot receives for "
+                             "messages of at most 512 bytes\n",
+                             static_cast<unsigned long long>(before.opened),
+                             static_cast<unsigned long long>(before.receives));
+                return 24;
+            }
+            if (const int rc = send_one(n, 0, 8, 0)) return rc;
+            if (const int rc = receive_checked(n, mixed, 1)) return rc;
+            // The slots carried some of the larger ones (paced: almost all) and none of the
+            // small ones.
+            const auto after = n.rdma->eager_stats();
+            if (after.receives == 0 || after.receives > larger) {
+                std::fprintf(stderr,
+                             "PE 1: %llu slot receives, %zu messages over 512 bytes (%llu "
+                             "channels opened, %zu polled)\n",
+                             static_cast<unsigned long long>(after.receives), larger,
+                             static_cast<unsigned long long>(after.opened), after.polled);
+                return 25;
+            }
+            if (const int rc = receive_checked(n, small_only, 1)) return rc;
+            if (const auto last = n.rdma->eager_stats(); last.receives != after.receives) {
+                std::fprintf(stderr, "PE 1: %llu slot receives for messages of at most 512 bytes\n",
+                             static_cast<unsigned long long>(last.receives - after.receives));
+                return 26;
+            }
+            return 0;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
 }
 
 // A short channel that takes no message for 10 intervals retires (the receiver says close,

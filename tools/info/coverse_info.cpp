@@ -105,7 +105,8 @@ std::vector<protocol_row> protocol_rows(const coverse::rdma::layer_config& cfg, 
                             .describe();
         if (cfg.eager)
             t += "; " + describe_eager(path, kind, cfg.eager_by_put(kind), cfg.eager_short_bytes,
-                                       cfg.eager_slots, cfg.eager_threshold, cfg.eager_interval_ns);
+                                       cfg.eager_short_minimum, cfg.eager_slots,
+                                       cfg.eager_threshold, cfg.eager_interval_ns);
         return t;
     };
     const auto stops = [](std::string why) { return protocol_row{"", "", std::move(why)}; };

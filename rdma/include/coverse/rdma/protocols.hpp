@@ -57,9 +57,11 @@ protocol_table make_protocol_table(stream_path path, provider_kind rndv, std::si
 /// receiver's registered slots; verbs by default, EAGER_REMOTE=put on another provider),
 /// "eager/short/frames/tcp" (eager_data frames the receiver's reader places into a slot).
 std::string_view eager_protocol_name(stream_path path, provider_kind kind, bool by_put) noexcept;
-/// "eager/short/shm 0..16384 B once busy (16 slots; 1000 messages in 10000 us)".
+/// "eager/short/shm 513..16384 B once busy (16 slots; 1000 messages in 10000 us)": on the
+/// same host messages up to `shm_minimum` (EAGER_SHORT_MINIMUM) keep to the ring; over a
+/// connection the range starts at 0.
 std::string describe_eager(stream_path path, provider_kind kind, bool by_put,
-                           std::size_t short_bytes, std::uint32_t slots, std::uint32_t threshold,
-                           std::uint64_t interval_ns);
+                           std::size_t short_bytes, std::size_t shm_minimum, std::uint32_t slots,
+                           std::uint32_t threshold, std::uint64_t interval_ns);
 
 }  // namespace coverse::rdma
