@@ -556,8 +556,8 @@ bool machine::send_copy_now(std::uint32_t pe, int handler, std::span<const std::
     std::memcpy(buf, &h, sizeof h);
     copy_bytes(buf + CmiMsgHeaderSizeBytes, payload.data(), payload.size());
     if (!_core->send_now_borrowing(pe, buf, static_cast<std::uint32_t>(size))) [[unlikely]] {
-        if (carried) restore_due_credits(pe, carried);
         if (credit) credit->release(1);  // nobody waits for it: try_acquire found none
+        if (carried) restore_due_credits(pe, carried);  // may throw (bad_alloc): last
         return false;
     }
     ++_send_stats.copied_frameless;

@@ -352,6 +352,7 @@ void layer::impl::eager_note_stream_message(std::uint32_t from) {
         return;
     }
     p.window_count = 0;
+    if (p.reopen_at_ns != 0 && coarse_now_ns() < p.reopen_at_ns) return;  // its last went unused
     if (!p.ready) {
         // Ring messages can come before the connection brings the sender's verdict: which
         // path the channel takes is not known yet. It opens when the set-up completes
@@ -443,6 +444,10 @@ std::uint64_t layer::impl::eager_clock_tick(std::uint32_t& polls) noexcept {
     return (polls++ & 63) == 0 ? coarse_now_ns() : 0;
 }
 
+std::uint64_t layer::impl::eager_idle_period_ns() const noexcept {
+    return std::max<std::uint64_t>(10 * cfg.eager_interval_ns, 100'000'000);
+}
+
 bool layer::impl::eager_unused(use_mark& use, std::uint64_t now) const noexcept {
     // The time is the sweep's fresh read, not one stored at the take: that would be the last
     // tick's, which after the loop slept is as old as the sleep, and a channel used a moment
@@ -451,7 +456,7 @@ bool layer::impl::eager_unused(use_mark& use, std::uint64_t now) const noexcept 
         use.seen_ns = now;
         return false;
     }
-    return now - use.seen_ns > std::max<std::uint64_t>(10 * cfg.eager_interval_ns, 100'000'000);
+    return now - use.seen_ns > eager_idle_period_ns();
 }
 
 void layer::impl::eager_retire_idle() {
@@ -463,6 +468,16 @@ void layer::impl::eager_retire_idle() {
             eager_unused(c->use, now)) {
             c->closing = true;
             ++eager.retired;
+            // One that never carried a message: the next waits one idle period, doubled for
+            // each such channel in a row (up to 64 periods); one that did resets that.
+            peer& q = peers[c->from];
+            if (c->delivered == 0) {
+                q.unused_channels = static_cast<std::uint8_t>(std::min(q.unused_channels + 1, 7));
+                q.reopen_at_ns = now + (eager_idle_period_ns() << (q.unused_channels - 1));
+            } else {
+                q.unused_channels = 0;
+                q.reopen_at_ns = 0;
+            }
             net::eager_channel_payload close;
             close.action = net::eager_action::close;
             close.kind = static_cast<std::uint32_t>(c->kind);

@@ -46,7 +46,10 @@ layer_config layer_config::from_settings() {
     c.eager_short_bytes = std::min<std::uint32_t>(
         clamp32(std::max<std::size_t>(1, settings::count("EAGER_SHORT_MESSAGE_BOUNDARY"))),
         eager_segment::largest_capacity);
-    c.eager_short_minimum = clamp32(settings::count("EAGER_SHORT_MINIMUM"));
+    // At most the slot's size: beyond it no message would take a short channel on this
+    // host, yet busy senders would still earn channels (say EAGER_PROTOCOL=off for that).
+    c.eager_short_minimum = std::min<std::uint32_t>(clamp32(settings::count("EAGER_SHORT_MINIMUM")),
+                                                    c.eager_short_bytes);
     c.eager_pollset = settings::count("EAGER_SHORT_POLLSET_SIZE_MAXIMUM");
     c.eager_credit_delay_ns = static_cast<std::uint64_t>(
         std::chrono::nanoseconds(settings::duration("EAGER_CREDIT_DELAY")).count());

@@ -326,6 +326,12 @@ struct peer {
     std::uint64_t window_start_ns = 0;
     std::uint32_t window_count = 0;
     bool eager_due = false;  // a busy window filled before the set-up completed
+    // Short channels to this sender that retired without carrying a message, in a row, and
+    // when a busy window may open the next one: a sender whose larger messages always
+    // follow small ones on the ring never uses its channel (the order rule), and would
+    // otherwise get a new one every retirement period (eager_retire_idle).
+    std::uint8_t unused_channels = 0;
+    std::uint64_t reopen_at_ns = 0;
 };
 
 /// Every eager channel of this PE (eager.cpp).
@@ -532,6 +538,8 @@ struct layer::impl {
     /// longer than a channel stays open unused.
     static std::uint64_t eager_clock_tick(std::uint32_t& polls) noexcept;
     bool eager_unused(use_mark& use, std::uint64_t now) const noexcept;
+    /// How long a short channel stays open unused: 10 EAGER_INTERVALs, at least 100 ms.
+    std::uint64_t eager_idle_period_ns() const noexcept;
     static std::uint64_t coarse_now_ns() noexcept;
     void on_eager_channel(std::uint32_t from, const net::eager_channel_payload& f);
     void on_persistent_request(std::uint32_t from, const net::persistent_request_payload& r);

@@ -38,7 +38,7 @@ std::string_view eager_protocol_name(stream_path path, provider_kind kind, bool 
 std::string describe_eager(stream_path path, provider_kind kind, bool by_put,
                            std::size_t short_bytes, std::size_t shm_minimum, std::uint32_t slots,
                            std::uint32_t threshold, std::uint64_t interval_ns) {
-    const std::size_t from = path == stream_path::shm_ring ? shm_minimum + 1 : 0;
+    const std::size_t from = path == stream_path::shm_ring && shm_minimum > 0 ? shm_minimum + 1 : 0;
     return std::string(eager_protocol_name(path, kind, by_put)) + " " + std::to_string(from) +
            ".." + std::to_string(short_bytes) + " B once busy (" + std::to_string(slots) +
            " slots; " + std::to_string(threshold) + " messages in " +

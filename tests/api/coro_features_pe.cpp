@@ -192,6 +192,19 @@ coverse::task<void> sends(coverse::machine& m, streams st) {
             EXPECT(threw, "awaiting a moved-from copying send must throw", pe);
             (void)co_await ring.next<std::uint32_t>();
         }
+        // Awaited twice: the second await sends nothing (it throws, as for an empty message).
+        {
+            auto op = m.send(next, ring.handler(), std::span<const std::uint32_t>(word));
+            co_await op;
+            bool threw = false;
+            try {
+                co_await op;
+            } catch (const std::invalid_argument&) {
+                threw = true;
+            }
+            EXPECT(threw, "awaiting a sent copying send again must throw, not send again", pe);
+            (void)co_await ring.next<std::uint32_t>();
+        }
         // Dropped unawaited: nothing goes.
         word[0] = 0xBAD;
         { auto dropped = m.send(next, ring.handler(), std::span<const std::uint32_t>(word)); }

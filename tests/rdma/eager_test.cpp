@@ -607,7 +607,7 @@ TEST_P(eager, small_messages_stay_on_the_ring_and_larger_ones_take_the_slots_in_
             if (n.rdma->eager_stats().writing != 0) return 14;
             if (const int rc = send_paced(n, 1, mixed)) return rc;
             // Small ones again, now with the channel open (and drained at each pause).
-            if (n.rdma->eager_stats().writing == 0) return 15;
+            if (!n.wait_for([&] { return n.rdma->eager_stats().writing > 0; })) return 15;
             return send_paced(n, 1, small_only);
         },
         [&](node& n, const std::function<void()>&) {
@@ -641,6 +641,44 @@ TEST_P(eager, small_messages_stay_on_the_ring_and_larger_ones_take_the_slots_in_
                 return 26;
             }
             return 0;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
+// A sender whose larger messages always come right behind a small one in the same turn keeps
+// them all on the ring (the order rule: the ring is not caught up), so its channel retires
+// unused. The next one waits an idle period, doubled for each unused one in a row: over
+// 1.2 s (idle period 100 ms) that is ~4 retirements, where reopening at once gave ~11.
+TEST_P(eager, a_channel_that_retired_unused_is_reopened_ever_later) {
+    if (!GetParam().rings()) GTEST_SKIP() << "the minimum is for channels beside a ring";
+    if (GetParam().slots == 1) GTEST_SKIP() << "the slot count plays no part: 16 slots cover it";
+    pair_options opt = _opt;
+    opt.cfg.eager_short_minimum = layer_config{}.eager_short_minimum;
+    opt.cfg.eager_interval_ns = 5'000'000;  // retired after 100 ms (the floor) unused
+    constexpr std::size_t pairs = 1200;     // a pause of >= 1 ms after each: >= 1.2 s
+    std::vector<std::size_t> sizes;
+    for (std::size_t k = 0; k < pairs; ++k) {
+        sizes.push_back(8);
+        sizes.push_back(1024);
+    }
+    const auto r = run_pair(
+        opt,
+        [&](node& n, const std::function<void()>&) {
+            for (std::size_t k = 0; k < pairs; ++k)
+                if (const int rc = send_numbered(n, 1, {8, 1024}, 2, 2 * k)) return rc;
+            return 0;
+        },
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = receive_checked(n, sizes, 1)) return rc;
+            const auto st = n.rdma->eager_stats();
+            std::fprintf(stderr,
+                         "PE 1: %llu channels opened, %llu retired unused, %llu slot "
+                         "receives\n",
+                         static_cast<unsigned long long>(st.opened),
+                         static_cast<unsigned long long>(st.retired),
+                         static_cast<unsigned long long>(st.receives));
+            return st.opened >= 1 && st.retired <= 5 ? 0 : 27;
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);

@@ -671,7 +671,10 @@ private:
 };
 
 inline bool send_op::await_ready() {
-    if (_copying && _m->send_copy_now(_pe, _handler, _payload)) return true;
+    if (_copying && _m->send_copy_now(_pe, _handler, _payload)) {
+        _copying = false;  // sent: awaiting it again sends nothing (an empty message throws)
+        return true;
+    }
     return send_or_prepare();
 }
 
