@@ -351,6 +351,7 @@ bool layer::try_send_now(std::uint32_t dest, const std::byte* buf, std::uint32_t
     if (!p.out_ring || !p.sendable) return false;  // sendable: nothing waits for the set-up
     if (m.ring_burst_write(dest, buf, size)) {
         ++_stats.stream_sends;
+        ++_stats.burst_sends;
         return true;
     }
     if ((p.eager_out || !m.eager.current.empty()) && m.eager_send(dest, buf, size, nullptr))

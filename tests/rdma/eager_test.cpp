@@ -896,6 +896,42 @@ TEST_P(eager, with_eager_off_no_channel_opens_and_everything_arrives) {
     EXPECT_EQ(r.pe1, 0);
 }
 
+// With no channel (EAGER_PROTOCOL=off), a window of small messages sent at once by
+// try_send_now takes the ring's burst path from its second message on: ring_write_now marks
+// the turn (that path used to be reached only through a channel's look at the receiver).
+TEST_P(eager, with_eager_off_a_window_of_small_sends_takes_the_burst_path) {
+    if (!GetParam().rings()) GTEST_SKIP() << "the burst path is the ring's";
+    if (GetParam().slots == 1) GTEST_SKIP() << "the slot count plays no part: 16 slots cover it";
+    _opt.cfg.eager = false;
+    constexpr std::size_t window = 32, windows = 20, size = 24;
+    const std::vector<std::size_t> sizes(window * windows, size);
+    const auto r = run_pair(
+        _opt,
+        [&](node& n, const std::function<void()>&) {
+            std::vector<std::byte> b(size);
+            std::size_t sent = 0;
+            for (std::size_t w = 0; w < windows; ++w) {
+                // The receiver has taken the window before: one at a time, then a pause.
+                for (std::size_t k = 0; k < window; ++k, ++sent) {
+                    fill(b.data(), size, sent);
+                    if (!n.rdma->try_send_now(1, b.data(), static_cast<std::uint32_t>(size)))
+                        return 13;  // 32 x 24 B fit the ring: every one goes at once
+                }
+                n.wait_for([] { return false; }, std::chrono::milliseconds(2));
+            }
+            const auto bursts = n.rdma->stats().burst_sends;
+            if (bursts < windows * (window - 1)) {
+                std::fprintf(stderr, "PE 0: %llu of %zu sends took the burst path (expected %zu)\n",
+                             static_cast<unsigned long long>(bursts), sent, windows * (window - 1));
+                return 14;
+            }
+            return 0;
+        },
+        [&](node& n, const std::function<void()>&) { return receive_checked(n, sizes, 1); });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
 TEST_P(eager, a_persistent_handle_carries_halos_and_is_destroyed) {
     std::vector<std::size_t> sizes(200, 64 << 10);
     sizes.push_back(8);  // after destroy: the usual path

@@ -290,6 +290,9 @@ public:
     /// Counters, for tests and coverse-info.
     struct counters {
         std::uint64_t stream_sends = 0;
+        /// Of those, sends by try_send_now that took the ring's burst path (lines asked for
+        /// ahead): a message behind another to the same peer in one turn of the loop.
+        std::uint64_t burst_sends = 0;
         std::uint64_t rendezvous_sends = 0;
         std::uint64_t rendezvous_receives = 0;
         std::uint64_t split_copies = 0;  // rendezvous copied by both PEs at once
