@@ -472,7 +472,8 @@ private:
     /// set). Not for sends the API opens through send() (_api_send), whose flags mean what
     /// they say; the API's own fast path is api_send_now.
     bool try_send_now(int dest, int size, void* msg, ownership own);
-    // try_send_now for the API's messages (see send_now_taking): at most `limit` bytes.
+    // The checks and the copy every fast path shares (try_send_now's, and the API's own
+    // messages, see send_now_taking): at most `limit` bytes.
     bool api_send_now(std::uint32_t dest, const void* msg, std::uint32_t size,
                       std::uint32_t limit) noexcept {
         if (!_rdma || dest >= _num_pes || dest == _pe || size > limit || trace::enabled())

@@ -166,17 +166,11 @@ void pe_core::frame_done(frame_ticket& t, int result) {
 // anyway: nothing queued before it to that PE (order), tracing off (tracing records a handle
 // per send), and a size the stream path takes (not a rendezvous).
 bool pe_core::try_send_now(int dest, int size, void* msg, ownership own) {
-    const auto usize = static_cast<std::uint32_t>(size);
-    if (!_rdma || static_cast<std::uint32_t>(dest) >= _num_pes ||
-        static_cast<std::uint32_t>(dest) == _pe || size < CmiMsgHeaderSizeBytes || !msg ||
-        usize > _medium_boundary || (own == ownership::borrow && usize > _small_boundary) ||
-        trace::enabled())
-        return false;
+    if (size < CmiMsgHeaderSizeBytes || !msg) return false;
     if (!_api_send) clear_api_flags(msg);
-    if (!_rdma->try_send_now(static_cast<std::uint32_t>(dest), static_cast<const std::byte*>(msg),
-                             usize))
+    if (!api_send_now(static_cast<std::uint32_t>(dest), msg, static_cast<std::uint32_t>(size),
+                      own == ownership::borrow ? _small_boundary : _medium_boundary))
         return false;
-    ++_send_seq[static_cast<std::uint32_t>(dest)];
     if (own == ownership::take) alloc::msg_free(msg);
     return true;
 }

@@ -393,6 +393,9 @@ constexpr bool stream_counts(net::frame_type t) noexcept {
            t == net::frame_type::eager_data;
 }
 
+/// "/coverse-KEY-": what starts every shared-memory name of job `key` (rings, eager channels,
+/// doorbells).
+std::string job_shm_prefix(std::uint64_t key);
 /// "/coverse-KEY-PE-": what starts the shm_open name of every ring and eager channel that PE
 /// `pe` of job `key` creates (and nothing else's), so what a crashed PE left can be found.
 std::string pe_shm_prefix(std::uint64_t key, std::uint32_t pe);

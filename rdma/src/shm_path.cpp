@@ -28,10 +28,14 @@
 
 namespace coverse::rdma {
 
-std::string pe_shm_prefix(std::uint64_t key, std::uint32_t pe) {
-    char b[48];
-    std::snprintf(b, sizeof b, "/coverse-%016" PRIx64 "-%u-", key, pe);
+std::string job_shm_prefix(std::uint64_t key) {
+    char b[32];
+    std::snprintf(b, sizeof b, "/coverse-%016" PRIx64 "-", key);
     return b;
+}
+
+std::string pe_shm_prefix(std::uint64_t key, std::uint32_t pe) {
+    return job_shm_prefix(key) + std::to_string(pe) + "-";
 }
 
 namespace {
@@ -42,9 +46,7 @@ std::string ring_name(std::uint64_t key, std::uint32_t to, std::uint32_t from) {
 }
 
 std::string bell_path(std::uint64_t key, std::uint32_t pe) {
-    char b[64];
-    std::snprintf(b, sizeof b, "/dev/shm/coverse-%016" PRIx64 "-%u.bell", key, pe);
-    return b;
+    return "/dev/shm" + job_shm_prefix(key) + std::to_string(pe) + ".bell";
 }
 
 bool is_message(std::uint8_t type) noexcept {
@@ -411,9 +413,7 @@ void layer::unlink_names(bool whole_job) noexcept {
     if (!whole_job || !m.shm_wanted) return;
     // Rings, eager channels ("coverse-KEY-PE-...") and doorbells ("coverse-KEY-PE.bell") of
     // every PE of this job: all start "coverse-KEY-".
-    char prefix[40];
-    std::snprintf(prefix, sizeof prefix, "coverse-%016" PRIx64 "-", m.cfg.job_key);
-    unlink_shm_entries(prefix);
+    unlink_shm_entries(std::string_view(job_shm_prefix(m.cfg.job_key)).substr(1));
 }
 
 void layer::impl::shm_close() {
