@@ -6,7 +6,8 @@ Markdown. With --svg FILE, also plots bandwidth and one-way latency against size
 one line per implementation), written by hand: no plotting library needed.
 
 Implementations: coverse-shm, coverse-tcp, ompi-vader, ompi-tcp, ucx-shm, ucx-tcp, pvr (raw
-process_vm_readv), ring (coverse's shared-memory ring alone); the older files' "coverse" and
+process_vm_readv), ring (coverse's shared-memory ring alone), line (no ring: the same messages
+through one fixed place each way, the floor under any layer); the older files' "coverse" and
 "mpi" read as coverse-shm and ompi-tcp.
 
 Usage: scripts/bench-perf-table.py [--svg FILE] RESULTS.jsonl
@@ -27,7 +28,7 @@ METRICS = {
     "barrier": ("lat_us", "µs", "lower"),
 }
 IMPLS = ["coverse-shm", "coverse-tcp", "ompi-vader", "ompi-tcp", "ucx-shm", "ucx-tcp", "pvr",
-         "ring"]
+         "ring", "line"]
 LEGACY = {"coverse": "coverse-shm", "mpi": "ompi-tcp"}
 
 # (column, ours, peers): ours / the best of the peers (the lowest latency, the highest MB/s).
@@ -35,6 +36,8 @@ RATIOS = [
     ("shm/vader", "coverse-shm", ("ompi-vader",)),
     ("shm/pvr", "coverse-shm", ("pvr",)),
     ("shm/ring", "coverse-shm", ("ring",)),
+    # Not ours over a peer: the floor over vader, the least a same-host ratio can be.
+    ("line/vader", "line", ("ompi-vader",)),
     ("tcp/ompi-tcp", "coverse-tcp", ("ompi-tcp",)),
     ("tcp/best(ompi-tcp,ucx-tcp)", "coverse-tcp", ("ompi-tcp", "ucx-tcp")),
 ]
@@ -71,7 +74,7 @@ SMALL_TARGET = 0.8
 COLORS = {
     "coverse-shm": "#d62728", "coverse-tcp": "#ff7f0e", "ompi-vader": "#1f77b4",
     "ompi-tcp": "#17becf", "ucx-shm": "#2ca02c", "ucx-tcp": "#9acd32", "pvr": "#555555",
-    "ring": "#8c564b",
+    "ring": "#8c564b", "line": "#bcbd22",
 }
 
 
@@ -171,7 +174,8 @@ def table(samples):
           "(lower is better), above 1 for MB/s and msg/s (higher is better). pvr's latency "
           "row (get) is one process_vm_readv call, not a message; ring is coverse's "
           "shared-memory ring alone (ring_bench: no runtime above it), so shm/ring is what "
-          "coverse's layers add.")
+          "coverse's layers add; line is the same exchange through one fixed place each way "
+          "(ring_bench --bare), so line/vader is the lowest shm/vader any layer could reach.")
 
 
 def targets(samples):
@@ -299,7 +303,7 @@ def write_svg(path, samples):
 # runs tools/perf/placement_probe before and after each run ("floor_us", "floor_after_us");
 # a run whose two probes fall on the same side of the widest gap between the floors seen is
 # filed under that placement, one whose placement moved during it is left out here.
-SAME_HOST = ["coverse-shm", "ompi-vader", "ucx-shm", "ring"]
+SAME_HOST = ["coverse-shm", "ompi-vader", "ucx-shm", "ring", "line"]
 TCP = ["coverse-tcp", "ompi-tcp", "ucx-tcp"]
 PLACED = [("pingpong", 8), ("pingpong", 1024), ("rate", 8)]
 

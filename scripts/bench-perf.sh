@@ -14,6 +14,8 @@
 #   ring         ring_bench: coverse's shared-memory ring alone, a ping-pong of whole messages
 #                between two pinned processes (no runtime): the floor under coverse-shm's
 #                small-message latency (sizes up to 256 KiB; larger ones are skipped)
+#   line         ring_bench --bare: no ring, the same messages through one fixed place each
+#                way (copied in, a number stored last): the hardware's floor under any layer
 # An implementation whose tool is missing is skipped with the reason; a run that fails
 # leaves its numbers out for that repetition, said on stderr. Then the table of medians
 # with the ratios and issue 10's targets (scripts/bench-perf-table.py; FILE again later).
@@ -31,7 +33,7 @@
 #   rate      tag_bw -s 8 -O W: "overall" message rate
 #
 # Usage: scripts/bench-perf.sh [options] [-- arguments for coverse-perf and mpi_perf]
-#   --peers LIST       implementations to run, comma-separated (default: all eight above)
+#   --peers LIST       implementations to run, comma-separated (default: all nine above)
 #   --install-peers    install what is missing from Debian: Open MPI and ucx-utils
 #   --install-mpi      install Debian's Open MPI (apt-get) when mpirun or mpicc is missing
 #   --reps R           repetitions (default 5)
@@ -57,7 +59,7 @@ die() {
 }
 note() { echo "bench-perf: $*" >&2; }
 
-all_impls=(coverse-shm coverse-tcp ompi-vader ompi-tcp ucx-shm ucx-tcp pvr ring)
+all_impls=(coverse-shm coverse-tcp ompi-vader ompi-tcp ucx-shm ucx-tcp pvr ring line)
 build=build/release
 reps=5
 out=
@@ -155,7 +157,7 @@ has() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
 if [ "$do_build" = 1 ]; then
     targets=(coverse-perf coverse-run placement_probe)
     has pvr && targets+=(pvr_bench)
-    has ring && targets+=(ring_bench)
+    { has ring || has line; } && targets+=(ring_bench)
     bench_build "$build" "${targets[@]}"
 fi
 
@@ -210,7 +212,7 @@ for w in "${wanted[@]}"; do
                 skip "$w" "$build/tools/perf/pvr_bench is missing (build it, or drop --no-build)"
             fi
             ;;
-        ring)
+        ring | line)
             if [ -x "$build/tools/perf/ring_bench" ]; then
                 impls+=("$w")
             else
@@ -336,8 +338,9 @@ run_one() {
             timeout 600 "$build/tools/perf/pvr_bench" ${quick[@]+"${quick[@]}"} \
                 ${sz[@]+"${sz[@]}"} >"$raw" || rc=$?
             ;;
-        ring)
+        ring | line)
             local rs=()
+            [ "$impl" = line ] && rs+=(--bare)
             [ -n "$sizes" ] && rs+=(--sizes "$sizes")
             ((iters > 0)) && rs+=(--iters "$iters")
             ((warmup >= 0)) && rs+=(--warmup "$warmup")

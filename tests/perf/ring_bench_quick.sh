@@ -2,7 +2,8 @@
 # ring_bench (coverse's shared-memory ring alone) runs and says what it should, never how
 # fast: a ping-pong line per size that fits the ring, "impl":"ring" with p50_us; a size over
 # the ring's largest record skipped with a note; a bad argument refused (status 2); and a run
-# whose second process is killed ends with status 1 instead of spinning for ever.
+# whose second process is killed ends with status 1 instead of spinning for ever. The same for
+# --bare ("impl":"line": no ring, one fixed place each way).
 # Usage: ring_bench_quick.sh PATH-TO-RING_BENCH
 set -u
 bench=$1
@@ -14,15 +15,24 @@ err=$(mktemp)
 first=
 trap '[ -n "$first" ] && kill -KILL "$first" 2>/dev/null; rm -f "$err"' EXIT
 
-out=$("$bench" --quick --sizes 8,1K,300K 2>"$err") || fail "--quick failed: $(cat "$err")"
-printf '%s\n' "$out"
-for want in '"test":"pingpong","impl":"ring","bytes":8,"lat_us":' \
-    '"test":"pingpong","impl":"ring","bytes":1024,"lat_us":'; do
-    printf '%s\n' "$out" | grep -qF "{$want" || fail "no line starting {$want"
-done
+# Runs ring_bench --quick with the flags given, then expects a ping-pong line of IMPL (first
+# argument) for 8 B and 1 KiB, each with a p50; the output is left in $out.
+quick_lines() {
+    impl=$1
+    shift
+    out=$("$bench" --quick "$@" 2>"$err") || fail "--quick $* failed: $(cat "$err")"
+    printf '%s\n' "$out"
+    for bytes in 8 1024; do
+        want="\"test\":\"pingpong\",\"impl\":\"$impl\",\"bytes\":$bytes,\"lat_us\":"
+        printf '%s\n' "$out" | grep -F "{$want" | grep -q '"p50_us":[0-9]' ||
+            fail "$*: no line starting {$want with a p50_us"
+    done
+}
+quick_lines ring --sizes 8,1K,300K
 printf '%s\n' "$out" | grep -q '"bytes":307200' && fail "300K should not fit the ring"
 grep -q "307200 B is skipped" "$err" || fail "no note for the skipped size: $(cat "$err")"
-printf '%s\n' "$out" | grep -q '"p50_us":[0-9]' || fail "no p50_us"
+quick_lines line --bare --sizes 8,1K
+printf '%s\n' "$out" | grep -q '"impl":"ring"' && fail "--bare printed a ring line"
 
 "$bench" --sizes 8 --window 4 >/dev/null 2>"$err"
 rc=$?
@@ -32,28 +42,34 @@ grep -q 'unknown argument "--window"' "$err" || fail "the refusal does not name 
 [ $? = 2 ] || fail "--sizes 0 was not refused"
 
 # The second process dies mid-run: the first notices (it looks every 2^20 empty polls) and
-# gives up with status 1 within the test's timeout, not later.
-"$bench" --sizes 8 --iters 100000000 >/dev/null 2>"$err" &
-first=$!
-second=
-for _ in $(seq 1 100); do
-    # The child of $first, from /proc (procps need not be installed): field 4 of stat is
-    # the parent's pid (the name in field 2 has no spaces here).
-    for stat in /proc/[0-9]*/stat; do
-        { read -r pid _ _ ppid _ <"$stat"; } 2>/dev/null || continue
-        [ "$ppid" = "$first" ] && second=$pid && break
+# gives up with status 1 within the test's timeout, not later. Arguments: ring_bench's extra
+# flags.
+second_dies() {
+    "$bench" "$@" --sizes 8 --iters 100000000 >/dev/null 2>"$err" &
+    first=$!
+    second=
+    for _ in $(seq 1 100); do
+        # The child of $first, from /proc (procps need not be installed): field 4 of stat is
+        # the parent's pid (the name in field 2 has no spaces here).
+        for stat in /proc/[0-9]*/stat; do
+            { read -r pid _ _ ppid _ <"$stat"; } 2>/dev/null || continue
+            [ "$ppid" = "$first" ] && second=$pid && break
+        done
+        [ -n "$second" ] && break
+        sleep 0.05
     done
-    [ -n "$second" ] && break
-    sleep 0.05
-done
-[ -n "$second" ] || {
-    kill "$first" 2>/dev/null
-    fail "the second process did not start"
+    [ -n "$second" ] || {
+        kill "$first" 2>/dev/null
+        fail "the second process did not start ($*)"
+    }
+    sleep 0.2
+    kill -KILL "$second"
+    wait "$first"
+    rc=$?
+    first=
+    [ "$rc" = 1 ] || fail "with its second process killed, ring_bench $* ended with status $rc, not 1"
+    grep -q "the other process stopped" "$err" || fail "no reason given ($*): $(cat "$err")"
 }
-sleep 0.2
-kill -KILL "$second"
-wait "$first"
-rc=$?
-[ "$rc" = 1 ] || fail "with its second process killed, ring_bench ended with status $rc, not 1"
-grep -q "the other process stopped" "$err" || fail "no reason given: $(cat "$err")"
+second_dies
+second_dies --bare
 echo "ring_bench_quick: ok"

@@ -11,15 +11,23 @@
 // floor.
 // Sizes above the ring's largest record (256 KiB here) are skipped with a note: coverse sends
 // those by rendezvous, not through the ring.
+// With --bare, no ring either: "impl":"line", the hardware's floor for the same exchange. Each
+// way has one fixed place, line-aligned: the sender copies the message in after an 8-byte word
+// and then stores the message's number in the word (release); the receiver waits for that number
+// (acquire) and copies the message out. For a small message that is one cache line crossing the
+// cores each way and nothing else, so any messaging layer between two processes takes at least
+// this long, measured the same way (the same timing per round trip, the same median).
 #include <coverse/rdma/shm_ring.hpp>
 
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -27,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +57,7 @@ struct options {
     long iters = 0, warmup = -1;  // 0 and -1: coverse-perf's schedule
     int cpus[2] = {0, 1};
     bool quick = false;
+    bool bare = false;
 };
 
 void usage(FILE* f) {
@@ -64,6 +74,8 @@ void usage(FILE* f) {
         "  --warmup N     unmeasured round trips first (default: a tenth, at least 1)\n"
         "  --cpus A,B     pin the first process to CPU A and the second to B (0,1)\n"
         "  --quick        few round trips (a smoke test, the numbers are rough)\n"
+        "  --bare         no ring: the message through one fixed place each way, its number\n"
+        "                 stored last (\"impl\":\"line\"): the floor any layer stands on\n"
         "  --json         accepted for symmetry with coverse-perf (output is always JSON)\n"
         "  -h, --help     this text\n"
         "Exit status: 0, 1 when the rings cannot be made or the other process stops, 2 for\n"
@@ -88,6 +100,8 @@ int parse_options(int argc, char** argv, options& o, std::string& err) {
         if (flag == "--json") continue;
         if (flag == "--quick") {
             o.quick = true;
+        } else if (flag == "--bare") {
+            o.bare = true;
         } else if (flag == "--sizes") {
             o.sizes.clear();
             std::string list = v;
@@ -157,6 +171,25 @@ void pin(int cpu, const char* who) {
                      who, cpu, std::strerror(errno));
 }
 
+[[noreturn]] void fail(const char* why) {
+    std::fprintf(stderr, "ring_bench: %s; giving up\n", why);
+    std::_Exit(1);
+}
+
+// `peer` > 0: the first process's child; < 0: minus the second process's parent. The parent
+// watches its child; the child, its parent (re-parented when it died). (A child reaped behind
+// our back, SIGCHLD ignored, reads as ECHILD.)
+void give_up_if_gone(pid_t peer) {
+    bool gone = false;
+    if (peer > 0) {
+        const pid_t r = ::waitpid(peer, nullptr, WNOHANG);
+        gone = r == peer || (r < 0 && errno == ECHILD);
+    } else {
+        gone = ::getppid() != -peer;
+    }
+    if (gone) fail("the other process stopped");
+}
+
 // One side of the exchange: writes into `out`, reads from `in`. A side whose peer stopped
 // (it died, or never started) gives up instead of spinning forever: every 2^20 empty polls
 // it asks whether the peer is still there.
@@ -183,26 +216,53 @@ public:
     }
 
 private:
-    void check_peer() {
-        // The parent watches its child; the child, its parent (re-parented when it died).
-        // (A child reaped behind our back, SIGCHLD ignored, reads as ECHILD.)
-        bool gone = false;
-        if (_peer > 0) {
-            const pid_t r = ::waitpid(_peer, nullptr, WNOHANG);
-            gone = r == _peer || (r < 0 && errno == ECHILD);
-        } else {
-            gone = ::getppid() != -_peer;
-        }
-        if (gone) fail("the other process stopped");
-    }
-    [[noreturn]] static void fail(const char* why) {
-        std::fprintf(stderr, "ring_bench: %s; giving up\n", why);
-        std::_Exit(1);
-    }
+    void check_peer() { give_up_if_gone(_peer); }
     shm_ring& _out;
     shm_ring& _in;
     pid_t _peer;  // > 0: the child's pid; < 0: minus the parent's
 };
+
+// The --bare exchange: one place each way in memory both processes map, a word and the
+// message after it. The word holds the number of the last message put there.
+class bare_side {
+public:
+    struct place {
+        alignas(64) std::atomic<std::uint64_t> number;
+        std::byte bytes[ring_bytes / 4];
+    };
+    bare_side(place& out, place& in, pid_t peer) : _out(out), _in(in), _peer(peer) {}
+
+    void send(const std::byte* bytes, std::size_t size) {
+        std::memcpy(_out.bytes, bytes, size);
+        _out.number.store(++_sent, std::memory_order_release);
+        _size = size;
+    }
+    // The message's size is the one this side last sent: the exchange is a ping-pong of
+    // equal messages (drive() checks it as for the ring).
+    std::size_t receive(std::byte* into) {
+        ++_received;
+        for (std::uint64_t n = 1; _in.number.load(std::memory_order_acquire) != _received; ++n)
+            if ((n & 0xFFFFF) == 0) check_peer();
+        std::memcpy(into, _in.bytes, _size_in);
+        return _size_in;
+    }
+    // The size of the messages coming in (a bare place has no header to say it).
+    void expect(std::size_t size) noexcept { _size_in = size; }
+
+private:
+    void check_peer() { give_up_if_gone(_peer); }
+    place& _out;
+    place& _in;
+    pid_t _peer;
+    std::uint64_t _sent = 0, _received = 0;
+    std::size_t _size = 0, _size_in = 0;
+};
+
+// Tells a bare side the size of the next messages (a ring's records carry theirs).
+void expect(side&, std::size_t) noexcept {}
+void expect(bare_side& s, std::size_t size) noexcept {
+    s.expect(size);
+}
 
 double median(std::vector<double>& v) {
     std::sort(v.begin(), v.end());
@@ -211,12 +271,14 @@ double median(std::vector<double>& v) {
 }
 
 // The first process: a ping-pong per size, printed as it ends. The second answers (echo()).
-void drive(side& s, const options& o, const std::vector<long>& sizes) {
+template <class Side>
+void drive(Side& s, const options& o, const std::vector<long>& sizes) {
     std::vector<std::byte> msg(ring_bytes / 4, std::byte{0x5a}), back(ring_bytes / 4);
     for (const long payload : sizes) {
         const auto size = static_cast<std::size_t>(header_bytes + payload);
         long warmup = 0, iters = 0;
         plan(payload, o, warmup, iters);
+        expect(s, size);
         std::vector<double> rtt;
         rtt.reserve(static_cast<std::size_t>(iters));
         for (long k = -warmup; k < iters; ++k) {
@@ -233,29 +295,87 @@ void drive(side& s, const options& o, const std::vector<long>& sizes) {
             sum += t;
         const double mean = sum / static_cast<double>(rtt.size());
         std::printf(
-            "{\"test\":\"pingpong\",\"impl\":\"ring\",\"bytes\":%ld,\"lat_us\":%.3f,"
+            "{\"test\":\"pingpong\",\"impl\":\"%s\",\"bytes\":%ld,\"lat_us\":%.3f,"
             "\"p50_us\":%.3f,\"iters\":%ld,\"pes\":2}\n",
-            payload, mean / 2, median(rtt) / 2, iters);
+            o.bare ? "line" : "ring", payload, mean / 2, median(rtt) / 2, iters);
         std::fflush(stdout);
     }
     s.send(msg.data(), 1);  // the end: a record of one byte, which no ping-pong sends
 }
 
 // Answers drive(): each message with itself.
-void echo(side& s, const options& o, const std::vector<long>& sizes) {
+template <class Side>
+void echo(Side& s, const options& o, const std::vector<long>& sizes) {
     std::vector<std::byte> buf(ring_bytes / 4);
     for (const long payload : sizes) {
         long warmup = 0, iters = 0;
         plan(payload, o, warmup, iters);
+        expect(s, static_cast<std::size_t>(header_bytes + payload));
         for (long k = -warmup; k < iters; ++k) {
             const std::size_t got = s.receive(buf.data());
             s.send(buf.data(), got);
         }
     }
+    expect(s, 1);
     (void)s.receive(buf.data());  // drive()'s end
 }
 
 }  // namespace
+
+// Waits for the second process; 0 when it ended well.
+int wait_second(pid_t child) {
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "ring_bench: the second process failed\n");
+        return 1;
+    }
+    return 0;
+}
+
+// Starts the second process and plays the exchange: `make(first, peer)` makes the side of
+// the first process (first == true) or of the second, `peer` what that side's check_peer
+// watches. Both pin themselves first.
+template <class Make>
+int play(const options& o, const std::vector<long>& sizes, Make make) {
+    std::fflush(stdout);
+    const pid_t parent = ::getpid();
+    const pid_t child = ::fork();
+    if (child < 0) {
+        std::fprintf(stderr, "ring_bench: fork: %s\n", std::strerror(errno));
+        return 1;
+    }
+    if (child == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and check_peer, if the parent died already
+        pin(o.cpus[1], "second process");
+        auto s = make(false, -parent);
+        echo(s, o, sizes);
+        std::_Exit(0);
+    }
+    pin(o.cpus[0], "first process");
+    auto s = make(true, child);
+    drive(s, o, sizes);
+    return wait_second(child);
+}
+
+// --bare: the same ping-pong through two fixed places in memory both processes map.
+int run_bare(const options& o, const std::vector<long>& sizes) {
+    using place = bare_side::place;
+    void* mem = ::mmap(nullptr, 2 * sizeof(place), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        std::fprintf(stderr, "ring_bench: mmap of %zu B: %s\n", 2 * sizeof(place),
+                     std::strerror(errno));
+        return 1;
+    }
+    auto* to_second = new (mem) place{};
+    auto* to_first = new (static_cast<std::byte*>(mem) + sizeof(place)) place{};
+    return play(o, sizes, [&](bool first, pid_t peer) {
+        return first ? bare_side(*to_second, *to_first, peer)
+                     : bare_side(*to_first, *to_second, peer);
+    });
+}
 
 int main(int argc, char** argv) {
     options o;
@@ -281,6 +401,8 @@ int main(int argc, char** argv) {
             sizes.push_back(payload);
     }
 
+    if (o.bare) return run_bare(o, sizes);
+
     // Both rings and both producer mappings are made before the fork, and the names removed:
     // each process uses its own copy of the objects it needs, and nothing is left in /dev/shm
     // however the run ends.
@@ -299,30 +421,8 @@ int main(int argc, char** argv) {
     }
     to_second->unlink();
     to_first->unlink();
-
-    std::fflush(stdout);
-    const pid_t parent = ::getpid();
-    const pid_t child = ::fork();
-    if (child < 0) {
-        std::fprintf(stderr, "ring_bench: fork: %s\n", std::strerror(errno));
-        return 1;
-    }
-    if (child == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and side::check_peer, if the parent died already
-        pin(o.cpus[1], "second process");
-        side s(*write_to_first, *to_second, -parent);
-        echo(s, o, sizes);
-        std::_Exit(0);
-    }
-    pin(o.cpus[0], "first process");
-    side s(*write_to_second, *to_first, child);
-    drive(s, o, sizes);
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "ring_bench: the second process failed\n");
-        return 1;
-    }
-    return 0;
+    return play(o, sizes, [&](bool first, pid_t peer) {
+        return first ? side(*write_to_second, *to_first, peer)
+                     : side(*write_to_first, *to_second, peer);
+    });
 }
