@@ -410,10 +410,13 @@ void layer::unlink_names(bool whole_job) noexcept {
     for (auto& p : m.peers)
         if (p.in_ring) p.in_ring->unlink();
     if (m.bell) m.bell->unlink();
-    if (!whole_job || !m.shm_wanted) return;
+    if (whole_job && m.shm_wanted) remove_job_names(m.cfg.job_key);
+}
+
+void layer::remove_job_names(std::uint64_t job_key) noexcept {
     // Rings, eager channels ("coverse-KEY-PE-...") and doorbells ("coverse-KEY-PE.bell") of
-    // every PE of this job: all start "coverse-KEY-".
-    unlink_shm_entries(std::string_view(job_shm_prefix(m.cfg.job_key)).substr(1));
+    // every PE of the job: all start "coverse-KEY-".
+    unlink_shm_entries(std::string_view(job_shm_prefix(job_key)).substr(1));
 }
 
 void layer::impl::shm_close() {

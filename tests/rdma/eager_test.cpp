@@ -1146,6 +1146,45 @@ TEST_P(eager, slots_a_handler_holds_stay_valid_after_their_sender_died) {
     EXPECT_EQ(r.pe1, 0);
 }
 
+// The names job `key` has in /dev/shm ("coverse-KEY-...": rings, channels, doorbells).
+std::vector<std::string> job_names_in_dev_shm(std::uint64_t key) {
+    char prefix[32];
+    std::snprintf(prefix, sizeof prefix, "coverse-%016" PRIx64 "-", key);
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir("/dev/shm")) {
+        while (const dirent* e = ::readdir(d))
+            if (std::string_view(e->d_name).starts_with(prefix)) names.emplace_back(e->d_name);
+        ::closedir(d);
+    }
+    return names;
+}
+
+// A PE killed while a name it made is still in /dev/shm (a long channel it offered, which no
+// sender mapped yet) cannot remove it; whoever started the job removes the job's names once
+// its processes ended (layer::remove_job_names, which run_pair calls as a launcher would).
+TEST(eager_names, a_pe_killed_with_a_channel_offered_leaves_no_name_behind) {
+    pair_options opt;
+    opt.cfg.forced = provider_kind::cma;
+    opt.cfg.eager = true;
+    const auto r = run_pair(
+        opt,
+        [&](node& n, const std::function<void()>&) {
+            return n.wait_for([&] { return !n.failed_peers.empty(); }, 60s) ? 0 : 20;
+        },
+        [&](node& n, const std::function<void()>&) {
+            if (n.rdma->persistent_create_receiver(48 << 10).channel == 0) return 30;
+            // Else there would be nothing to leave behind, and nothing to test.
+            if (job_names_in_dev_shm(n.job_key).empty()) return 31;
+            ::raise(SIGKILL);
+            return 32;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 128 + SIGKILL);
+    const auto left = job_names_in_dev_shm(r.job_key);
+    EXPECT_TRUE(left.empty()) << left.size() << " name(s) left, the first /dev/shm/"
+                              << (left.empty() ? "" : left.front());
+}
+
 INSTANTIATE_TEST_SUITE_P(credits, eager,
                          testing::Values(variant{1, provider_kind::cma},
                                          variant{16, provider_kind::cma},

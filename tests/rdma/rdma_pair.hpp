@@ -137,6 +137,7 @@ struct pair_options {
 struct pair_result {
     int pe0 = -1;
     int pe1 = -1;
+    std::uint64_t job_key = 0;  // the job's key (its names in /dev/shm begin with it)
 };
 
 inline int status_code(int status) {
@@ -239,6 +240,7 @@ inline pair_result run_pair(const pair_options& opt, const pe_body& pe0, const p
         (static_cast<std::uint64_t>(::getpid()) << 20) ^
         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     pair_result out;
+    out.job_key = key;
     std::fflush(nullptr);
     const pid_t a = ::fork();
     if (a == 0) {
@@ -260,15 +262,16 @@ inline pair_result run_pair(const pair_options& opt, const pe_body& pe0, const p
         out.pe0 = status_code(status);
         [[maybe_unused]] auto w = ::write(gate_pipe[1], "g", 1);
         ::close(gate_pipe[1]);
-        ::waitpid(b, &status, 0);
-        out.pe1 = status_code(status);
-        return out;
+    } else {
+        ::close(gate_pipe[1]);
+        ::waitpid(a, &status, 0);
+        out.pe0 = status_code(status);
     }
-    ::close(gate_pipe[1]);
-    ::waitpid(a, &status, 0);
-    out.pe0 = status_code(status);
     ::waitpid(b, &status, 0);
     out.pe1 = status_code(status);
+    // A PE that failed mid-protocol (a channel made and never mapped by its peer) left names
+    // behind; the job is over, so they go.
+    coverse::rdma::layer::remove_job_names(key);
     return out;
 }
 
