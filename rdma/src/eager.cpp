@@ -539,7 +539,10 @@ void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_
             }
             tx->seg.unlink();  // both sides have it mapped now
             if (f.kind == static_cast<std::uint32_t>(eager_kind::short_slots)) {
-                if (p.gate == p.eager_out.get()) p.gate = nullptr;  // replaced: drained below
+                // Our receivers close a channel before they open the next; an open without
+                // that close replaces the channel as a close would: what the old one holds
+                // still goes first (its segment gates the ring until taken).
+                if (p.eager_out) eager_drop_tx(from, p.eager_out.get());
                 p.eager_out = std::move(tx);
                 return;
             }
