@@ -1329,24 +1329,26 @@ void launcher::begin_stop(std::string_view why, std::optional<std::uint32_t> abo
 
 }  // namespace
 
-namespace {
-// PEs on one host share memory through /dev/shm/coverse-<job key>-* (rings and doorbells,
-// see net/shm_ring.hpp). They unlink them once connected; a job that died before that
-// (an abort or a kill during start-up) leaves them, so the launcher removes what is left.
-void remove_job_files(std::uint64_t job_key) {
-    const std::string prefix = "coverse-" + hex16(job_key) + "-";
+std::string shm_name_prefix(std::uint64_t job_key) {
+    return "coverse-" + hex16(job_key) + "-";
+}
+
+void remove_shm_entries(std::string_view prefix) noexcept {
     DIR* d = ::opendir("/dev/shm");
     if (!d) return;
     while (const dirent* e = ::readdir(d))
         if (std::string_view(e->d_name).starts_with(prefix)) ::unlinkat(::dirfd(d), e->d_name, 0);
     ::closedir(d);
 }
-}  // namespace
 
 int run_job(const launch_options& opts) {
     launcher l(opts);
     const int status = l.run();
-    remove_job_files(l.job_key());
+    // PEs on one host share memory through /dev/shm/coverse-<job key>-* (rings, eager
+    // channels, doorbells; rdma/). They unlink them once connected; a job that died before
+    // that (an abort or a kill during start-up, a PE killed while it offered a channel)
+    // leaves them, so the launcher removes what is left.
+    remove_shm_entries(shm_name_prefix(l.job_key()));
     return status;
 }
 

@@ -14,24 +14,22 @@
 // sees it rings the doorbell, a FIFO the sleeping scheduler polls through io_uring) -> close.
 #include "layer_impl.hpp"
 
-#include <dirent.h>
 #include <poll.h>
 #include <sys/mman.h>
 
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
 
 #include <coverse/alloc/message.hpp>
+#include <coverse/net/bootstrap.hpp>
 #include <coverse/runtime/io.hpp>
 
 namespace coverse::rdma {
 
 std::string job_shm_prefix(std::uint64_t key) {
-    char b[32];
-    std::snprintf(b, sizeof b, "/coverse-%016" PRIx64 "-", key);
-    return b;
+    std::string name(1, '/');  // a POSIX shared-memory name
+    return name.append(net::shm_name_prefix(key));
 }
 
 std::string pe_shm_prefix(std::uint64_t key, std::uint32_t pe) {
@@ -75,26 +73,10 @@ void layer::impl::shm_create() {
     }
 }
 
-namespace {
-// Removes every entry of /dev/shm whose name starts with `prefix` (no leading '/'): shared
-// memory objects and FIFOs alike are files there.
-void unlink_shm_entries(std::string_view prefix) noexcept {
-    DIR* d = ::opendir("/dev/shm");
-    if (!d) return;
-    std::string path;
-    while (const dirent* e = ::readdir(d)) {
-        if (!std::string_view(e->d_name).starts_with(prefix)) continue;
-        path.assign("/dev/shm/").append(e->d_name);
-        ::unlink(path.c_str());
-    }
-    ::closedir(d);
-}
-}  // namespace
-
 void layer::impl::remove_stale_names() {
     // We hold this PE's doorbell of this job key, so no running process is this PE of this
     // job: every ring and eager channel named for it was left by a crashed one.
-    unlink_shm_entries(std::string_view(pe_shm_prefix(cfg.job_key, cfg.rank)).substr(1));
+    net::remove_shm_entries(std::string_view(pe_shm_prefix(cfg.job_key, cfg.rank)).substr(1));
 }
 
 void layer::impl::shm_start() {
@@ -410,13 +392,10 @@ void layer::unlink_names(bool whole_job) noexcept {
     for (auto& p : m.peers)
         if (p.in_ring) p.in_ring->unlink();
     if (m.bell) m.bell->unlink();
-    if (whole_job && m.shm_wanted) remove_job_names(m.cfg.job_key);
-}
-
-void layer::remove_job_names(std::uint64_t job_key) noexcept {
+    if (!whole_job || !m.shm_wanted) return;
     // Rings, eager channels ("coverse-KEY-PE-...") and doorbells ("coverse-KEY-PE.bell") of
-    // every PE of the job: all start "coverse-KEY-".
-    unlink_shm_entries(std::string_view(job_shm_prefix(job_key)).substr(1));
+    // every PE of this job: all start "coverse-KEY-".
+    net::remove_shm_entries(net::shm_name_prefix(m.cfg.job_key));
 }
 
 void layer::impl::shm_close() {

@@ -1,7 +1,10 @@
 #!/bin/sh
 # expect_kill.sh: starts kill_check on N PEs, kills the last PE with SIGKILL while the ring
 # runs, and passes only if the launcher exits non-zero within 1 s naming that PE and the
-# signal, and no PE process is left.
+# signal, no PE process is left, and the job left no name in /dev/shm. With KILL_CHECK_OFFER
+# set, the last PE holds a name of its own when it is killed; with KILL_CHECK_ALL set too,
+# every other PE is killed right after it, so that no PE is left to remove the job's names
+# and only the launcher can.
 # Usage: expect_kill.sh <PEs> <coverse-run> <args...>
 set -u
 if [ $# -lt 3 ]; then
@@ -34,6 +37,9 @@ done
 sleep 0.2
 start=$(date +%s%N)
 kill -9 "$(cat "$dir/pe$victim.pid")"
+if [ -n "${KILL_CHECK_ALL:-}" ]; then
+    for f in "$dir"/pe*.pid; do kill -9 "$(cat "$f")" 2>/dev/null; done
+fi
 wait "$launcher"
 status=$?
 end=$(date +%s%N)
@@ -50,4 +56,8 @@ grep -q "PE $victim of $npes.*SIGKILL" "$out" || fail "the output does not name 
 for f in "$dir"/pe*.pid; do
     if kill -0 "$(cat "$f")" 2>/dev/null; then fail "PE process $(cat "$f") ($f) is still alive"; fi
 done
+key=$(cat "$dir/key" 2>/dev/null) || fail "PE 0 wrote no job key to $dir/key"
+[ -n "$key" ] || fail "the job key in $dir/key is empty"
+left=$(ls /dev/shm | grep "^coverse-$key-")
+[ -z "$left" ] || fail "the job left names in /dev/shm: $left"
 echo "expect_kill.sh: kill -9 of PE $victim of $npes stopped the job in $ms ms with status $status ok"

@@ -1161,7 +1161,7 @@ std::vector<std::string> job_names_in_dev_shm(std::uint64_t key) {
 
 // A PE killed while a name it made is still in /dev/shm (a long channel it offered, which no
 // sender mapped yet) cannot remove it; whoever started the job removes the job's names once
-// its processes ended (layer::remove_job_names, which run_pair calls as a launcher would).
+// its processes ended (net::remove_shm_entries, which run_pair calls as coverse-run does).
 TEST(eager_names, a_pe_killed_with_a_channel_offered_leaves_no_name_behind) {
     pair_options opt;
     opt.cfg.forced = provider_kind::cma;

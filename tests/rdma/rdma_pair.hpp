@@ -21,6 +21,7 @@
 
 #include <coverse/alloc/config.hpp>
 #include <coverse/alloc/message.hpp>
+#include <coverse/net/bootstrap.hpp>
 #include <coverse/net/mesh.hpp>
 #include <coverse/net/transport.hpp>
 #include <coverse/rdma/layer.hpp>
@@ -270,8 +271,8 @@ inline pair_result run_pair(const pair_options& opt, const pe_body& pe0, const p
     ::waitpid(b, &status, 0);
     out.pe1 = status_code(status);
     // A PE that failed mid-protocol (a channel made and never mapped by its peer) left names
-    // behind; the job is over, so they go.
-    coverse::rdma::layer::remove_job_names(key);
+    // behind; the job is over, so they go, as coverse-run removes them (net::run_job).
+    coverse::net::remove_shm_entries(coverse::net::shm_name_prefix(key));
     return out;
 }
 

@@ -193,11 +193,6 @@ public:
     /// a resource manager may stop them with SIGKILL, which leaves theirs behind (Slurm
     /// after a PMIx_Abort). Mappings and open descriptors stay valid.
     void unlink_names(bool whole_job = false) noexcept;
-    /// Removes every /dev/shm name of the job `job_key` (rings, eager channels, doorbells of
-    /// all its PEs on this host): for whoever started the job's processes, once all of them
-    /// have ended, since a process that died between making a name and handing it on (a
-    /// test's PE that failed mid-protocol, one killed by SIGKILL) left it behind.
-    static void remove_job_names(std::uint64_t job_key) noexcept;
 
     /// A peer died: fail what is in flight with it (the machine core decides what follows).
     void peer_lost(std::uint32_t pe);
