@@ -297,20 +297,33 @@ CmiCommHandle pe_core::broadcast(int size, void* msg, ownership own, bool includ
     return end_send(o, caller);
 }
 
+namespace {
+// Marks the sends made in its scope as the API's (pe_core::_api_send), until the scope ends
+// however it ends: a send that threw (no memory for its frame) must not leave the facade's
+// later sends marked, which would then keep API flags a program's header happens to hold.
+class api_send_scope {
+public:
+    explicit api_send_scope(bool& flag) noexcept : _flag(flag) { _flag = true; }
+    api_send_scope(const api_send_scope&) = delete;
+    api_send_scope& operator=(const api_send_scope&) = delete;
+    ~api_send_scope() { _flag = false; }
+
+private:
+    bool& _flag;
+};
+}  // namespace
+
 std::optional<CmiCommHandle> pe_core::start_send(std::uint32_t dest,
                                                  std::span<const std::byte> msg) {
     if (_free_slots.empty()) return std::nullopt;
-    _api_send = true;
-    const CmiCommHandle h = send(static_cast<int>(dest), static_cast<int>(msg.size()),
-                                 const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
-    _api_send = false;
-    return h;
+    const api_send_scope api(_api_send);
+    return send(static_cast<int>(dest), static_cast<int>(msg.size()),
+                const_cast<std::byte*>(msg.data()), ownership::borrow, "send");
 }
 
 void pe_core::send_for_api(std::uint32_t dest, void* msg) {
-    _api_send = true;
+    const api_send_scope api(_api_send);
     send(static_cast<int>(dest), CmiSize(msg), msg, ownership::take, "coverse internal send");
-    _api_send = false;
 }
 
 task<void> pe_core::slot_or_loss() {
