@@ -33,8 +33,9 @@ static void start(int argc, char** argv) {
         const char* key = getenv("COVERSE_JOB_KEY");
         snprintf(path, sizeof path, "%s/key", dir);
         FILE* k = fopen(path, "w");
-        if (!k || !key) CmiAbort("kill_check: cannot write %s (COVERSE_JOB_KEY %s)", path,
-                                 key ? "set" : "unset");
+        if (!k || !key)
+            CmiAbort("kill_check: cannot write %s (COVERSE_JOB_KEY %s)", path,
+                     key ? "set" : "unset");
         fprintf(k, "%s\n", key);
         fclose(k);
     }
