@@ -1334,6 +1334,10 @@ std::string shm_name_prefix(std::uint64_t job_key) {
 }
 
 void remove_shm_entries(std::string_view prefix) noexcept {
+    // Only coverse's own names, and never all of them at once: an empty or short prefix
+    // (a caller's bug) would remove other programs' shared memory.
+    constexpr std::string_view ours = "coverse-";
+    if (prefix.size() <= ours.size() || !prefix.starts_with(ours)) return;
     DIR* d = ::opendir("/dev/shm");
     if (!d) return;
     while (const dirent* e = ::readdir(d))

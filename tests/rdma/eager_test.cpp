@@ -1146,10 +1146,8 @@ TEST_P(eager, slots_a_handler_holds_stay_valid_after_their_sender_died) {
     EXPECT_EQ(r.pe1, 0);
 }
 
-// The names job `key` has in /dev/shm ("coverse-KEY-...": rings, channels, doorbells).
-std::vector<std::string> job_names_in_dev_shm(std::uint64_t key) {
-    char prefix[32];
-    std::snprintf(prefix, sizeof prefix, "coverse-%016" PRIx64 "-", key);
+// The names in /dev/shm that begin with `prefix` (a job's: net::shm_name_prefix).
+std::vector<std::string> names_in_dev_shm(const std::string& prefix) {
     std::vector<std::string> names;
     if (DIR* d = ::opendir("/dev/shm")) {
         while (const dirent* e = ::readdir(d))
@@ -1173,14 +1171,15 @@ TEST(eager_names, a_pe_killed_with_a_channel_offered_leaves_no_name_behind) {
         },
         [&](node& n, const std::function<void()>&) {
             if (n.rdma->persistent_create_receiver(48 << 10).channel == 0) return 30;
-            // Else there would be nothing to leave behind, and nothing to test.
-            if (job_names_in_dev_shm(n.job_key).empty()) return 31;
+            // The offered channel's segment, still named: else there would be nothing to
+            // leave behind, and nothing to test.
+            if (names_in_dev_shm(net::shm_name_prefix(n.job_key) + "1-eager-").empty()) return 31;
             ::raise(SIGKILL);
             return 32;
         });
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 128 + SIGKILL);
-    const auto left = job_names_in_dev_shm(r.job_key);
+    const auto left = names_in_dev_shm(net::shm_name_prefix(r.job_key));
     EXPECT_TRUE(left.empty()) << left.size() << " name(s) left, the first /dev/shm/"
                               << (left.empty() ? "" : left.front());
 }

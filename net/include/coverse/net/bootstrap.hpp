@@ -53,8 +53,9 @@ std::optional<launch_info> launch_info_from_env();
 /// this: "coverse-", the job key as 16 hex digits, "-".
 std::string shm_name_prefix(std::uint64_t job_key);
 /// Removes every entry of /dev/shm whose name begins with `prefix` (shared-memory objects and
-/// FIFOs alike). run_job removes its job's names this way once every PE has ended: a PE that
-/// died between making a name and handing it on could not.
+/// FIFOs alike), which must be longer than "coverse-" and begin with it (else nothing is
+/// removed). run_job removes its job's names on the launcher's host this way once every PE
+/// has ended: a PE that died between making a name and handing it on could not.
 void remove_shm_entries(std::string_view prefix) noexcept;
 
 /// This host's machine id for register_node: a 64-bit hash of /etc/machine-id (or of the
