@@ -303,13 +303,14 @@ namespace {
 // later sends marked, which would then keep API flags a program's header happens to hold.
 class api_send_scope {
 public:
-    explicit api_send_scope(bool& flag) noexcept : _flag(flag) { _flag = true; }
+    explicit api_send_scope(bool& flag) noexcept : _flag(flag), _was(flag) { _flag = true; }
     api_send_scope(const api_send_scope&) = delete;
     api_send_scope& operator=(const api_send_scope&) = delete;
-    ~api_send_scope() { _flag = false; }
+    ~api_send_scope() { _flag = _was; }
 
 private:
     bool& _flag;
+    bool _was;  // as it was before (a scope inside another leaves it set)
 };
 }  // namespace
 

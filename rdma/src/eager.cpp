@@ -541,7 +541,8 @@ void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_
             if (f.kind == static_cast<std::uint32_t>(eager_kind::short_slots)) {
                 // Our receivers close a channel before they open the next; an open without
                 // that close replaces the channel as a close would: what the old one holds
-                // still goes first (its segment gates the ring until taken).
+                // still goes first (its segment gates the ring until taken). The receiver,
+                // told nothing, keeps polling the old one until it retires as idle.
                 if (p.eager_out) eager_drop_tx(from, p.eager_out.get());
                 p.eager_out = std::move(tx);
                 return;
