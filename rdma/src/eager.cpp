@@ -165,8 +165,7 @@ bool layer::impl::eager_send(std::uint32_t dest, const std::byte* buf, std::uint
     // A short channel takes what the ring does not carry as fast: messages over
     // EAGER_SHORT_MINIMUM (asked before anything else, so a small message costs no look at the
     // receiver's position).
-    if (!c && p.eager_out && size > cfg.eager_short_minimum &&
-        size <= p.eager_out->seg.capacity()) {
+    if (!c && p.eager_out && short_channel_size(size)) {
         // A short channel takes a message only while the receiver has taken every earlier one
         // (latency-bound traffic: a ping-pong, a reply). The second message of a burst goes
         // by the ring at once (its record flagged after_channel), and the rest of the burst

@@ -481,6 +481,13 @@ struct layer::impl {
     bool ring_poll();
     /// A whole message from `p`'s ring went up: the busy-sender window counts it.
     void note_ring_message(std::uint32_t p, std::uint32_t size);
+    /// Whether a same-host short channel is for a message of `size` bytes (header included):
+    /// over EAGER_SHORT_MINIMUM, below which the ring is as fast, and within a slot. Such
+    /// messages take its slots (eager_send), are counted as one it could have taken
+    /// (ring_burst_write), and earn a channel (note_ring_message).
+    bool short_channel_size(std::uint32_t size) const noexcept {
+        return size > cfg.eager_short_minimum && size <= cfg.eager_short_bytes;
+    }
     bool ring_try_sleep();
     void ring_wake();
     static task<void> bell_task(impl* self);

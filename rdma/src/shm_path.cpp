@@ -176,8 +176,7 @@ bool layer::impl::ring_burst_write(std::uint32_t dest, const std::byte* buf,
     p.out_ring->write_ahead();
     // Counted as eager_send would for a channel that could take it (it is not asked for a
     // slot here: a burst stays on the ring whatever the channel holds).
-    if (p.eager_out && size > cfg.eager_short_minimum && p.eager_out->open_for(size))
-        ++eager.order_waits;
+    if (p.eager_out && short_channel_size(size) && p.eager_out->open_for(size)) ++eager.order_waits;
     if (p.out_ring->take_sleeper()) p.out_bell->ring();
     return true;
 }
@@ -257,11 +256,8 @@ void layer::impl::refresh_ring_sources() {
 
 void layer::impl::note_ring_message(std::uint32_t p, std::uint32_t size) {
     peer& in = peers[p];
-    // Messages a short channel would not carry (EAGER_SHORT_MINIMUM, or larger than its
-    // slots) earn none.
-    if (!cfg.eager || in.eager_in || size <= cfg.eager_short_minimum ||
-        size > cfg.eager_short_bytes)
-        return;
+    // Messages a short channel would not carry earn none.
+    if (!cfg.eager || in.eager_in || !short_channel_size(size)) return;
     // Counted inline; the busy-sender window is judged at its first and its THRESHOLD-th
     // message.
     if (in.window_count != 0 && in.window_count + 1 < cfg.eager_threshold)
