@@ -542,7 +542,10 @@ void layer::impl::on_eager_channel(std::uint32_t from, const net::eager_channel_
                 // that close replaces the channel as a close would: what the old one holds
                 // still goes first (its segment gates the ring until taken). The receiver,
                 // told nothing, keeps polling the old one until it retires as idle.
-                if (p.eager_out) eager_drop_tx(from, p.eager_out.get());
+                if (p.eager_out) {
+                    ++eager.replaced;
+                    eager_drop_tx(from, p.eager_out.get());
+                }
                 p.eager_out = std::move(tx);
                 return;
             }
@@ -763,6 +766,7 @@ layer::eager_counters layer::eager_stats() const noexcept {
     c.refused = m.eager.refused;
     c.retired = m.eager.retired;
     c.bad_footers = m.eager.bad_footers;
+    c.replaced = m.eager.replaced;
     for (const auto& r : m.eager.polled)
         if (!r->done) ++c.polled;
     for (const auto& p : m.peers) {
@@ -778,6 +782,21 @@ layer::eager_counters layer::eager_stats() const noexcept {
     c.put_receives = m.eager.put_receives;
     c.put_waits = m.eager.put_waits;
     return c;
+}
+
+bool layer::inject_replacing_short_open(std::uint32_t from) {
+    impl& m = *_impl;
+    if (from >= m.peers.size()) return false;
+    auto& p = m.peers[from];
+    if (!p.eager_in || p.eager_in->kind != eager_kind::short_slots || p.eager_in->done ||
+        !(p.in_ring && p.out_ring))
+        return false;
+    eager_rx* c =
+        m.eager_create(from, eager_kind::short_slots, m.cfg.eager_slots, m.cfg.eager_short_bytes);
+    if (!c) return false;
+    p.eager_in = c;  // the old one stays in the pollset, unclosed
+    m.eager_announce(*c, 0);
+    return true;
 }
 
 bool layer::inject_bad_eager_footer(std::uint32_t dest, footer_fault fault) {

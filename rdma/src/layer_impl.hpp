@@ -347,7 +347,7 @@ struct eager_state {
     // advanced would give every 64th poll to whichever poller runs at those parities.
     std::uint32_t ring_sweep_polls = 0, put_sweep_polls = 0;
     std::uint64_t sends = 0, receives = 0, no_credit = 0, order_waits = 0, opened = 0, refused = 0,
-                  bad_footers = 0, ring_after_channel = 0, retired = 0;
+                  bad_footers = 0, ring_after_channel = 0, retired = 0, replaced = 0;
     // Channels written by put (eager_put.cpp).
     std::vector<std::uint32_t> put_sources;             // peers whose put_in we poll
     std::vector<std::unique_ptr<put_rx>> put_draining;  // done, slots still held

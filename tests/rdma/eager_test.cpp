@@ -1125,6 +1125,78 @@ TEST_P(eager, a_bad_footer_closes_that_channel_with_a_notice_naming_the_peer) {
     }
 }
 
+// A receiver that opens a second short channel while its sender still writes to the first
+// (only a broken one does; layer::inject_replacing_short_open plays it): the sender takes the
+// new one as a close of the old followed by an open. A message the receiver has not taken
+// from the old channel yet gates the ring: the small messages after it wait for the receiver
+// to take it (they do not go into the ring before), and all arrive in order.
+TEST_P(eager, a_second_open_replaces_the_channel_and_what_the_old_one_holds_comes_first) {
+    if (!GetParam().rings()) GTEST_SKIP() << "the shared-memory short channel's open";
+    pair_options opt = _opt;
+    opt.cfg.eager_short_minimum = 256;  // 1000 B by the channel, 64 B by the ring
+    const std::vector<std::size_t> first(40, 1000);
+    const std::size_t held = first.size();  // the seed of the message left in the old channel
+    const std::vector<std::size_t> after(10, 64);
+    const auto r = run_pair(
+        opt,
+        [&](node& n, const std::function<void()>&) {
+            if (const int rc = send_paced(n, 1, first)) return rc;
+            if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 1; })) return 13;
+            if (!n.wait_messages(1)) return 14;  // the receiver stopped taking messages
+            alloc::msg_free(n.inbox.front().msg);
+            n.inbox.pop_front();
+            const auto sends = n.rdma->eager_stats().sends;
+            if (const int rc = send_numbered(n, 1, {1000}, 0, held)) return rc;
+            if (n.rdma->eager_stats().sends != sends + 1) {
+                std::fprintf(stderr, "PE 0: message %zu did not go by the channel\n", held);
+                return 15;
+            }
+            if (!n.wait_for([&] { return n.rdma->eager_stats().replaced == 1; })) return 16;
+            // The receiver sleeps on (below): the old channel still holds that message.
+            std::vector<recorded_send> done(after.size());
+            std::vector<void*> bufs;
+            for (std::size_t k = 0; k < after.size(); ++k) {
+                bufs.push_back(alloc::msg_alloc(after[k]));
+                fill(bufs.back(), after[k], held + 1 + k);
+                n.rdma->send(1, static_cast<const std::byte*>(bufs.back()),
+                             static_cast<std::uint32_t>(after[k]), false, 0, &done[k]);
+            }
+            const bool gated = done.front().calls == 0;
+            const int rc = wait_sent(n, done);
+            for (void* m : bufs)
+                alloc::msg_free(m);
+            if (!gated) {
+                std::fprintf(stderr,
+                             "PE 0: message %zu went by the ring while the replaced "
+                             "channel still held message %zu\n",
+                             held + 1, held);
+                return 17;
+            }
+            return rc;
+        },
+        [&](node& n, const std::function<void()>&) {
+            for (std::size_t k = 0; k < first.size(); ++k)
+                if (const int rc = take_one(n, first[k], k)) return rc;
+            if (n.rdma->eager_stats().polled != 1) return 24;
+            // Tell the sender, then take nothing for a while: its next message stays in the
+            // old channel's slot while the second open goes out.
+            const std::uint64_t word = 1;
+            recorded_send go;
+            n.rdma->send(0, reinterpret_cast<const std::byte*>(&word), sizeof word, false, 0, &go);
+            if (!n.wait_for([&] { return go.calls == 1; })) return 25;
+            std::this_thread::sleep_for(300ms);
+            if (!n.rdma->inject_replacing_short_open(0)) return 26;
+            // Long enough for the sender to take the open and try the next messages.
+            std::this_thread::sleep_for(1s);
+            if (const int rc = take_one(n, 1000, held)) return rc;
+            for (std::size_t k = 0; k < after.size(); ++k)
+                if (const int rc = take_one(n, after[k], held + 1 + k)) return rc;
+            return 0;
+        });
+    EXPECT_EQ(r.pe0, 0);
+    EXPECT_EQ(r.pe1, 0);
+}
+
 TEST_P(eager, slots_a_handler_holds_stay_valid_after_their_sender_died) {
     std::vector<std::size_t> sizes(64, 1000);
     const auto r = run_pair(

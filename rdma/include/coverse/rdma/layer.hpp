@@ -228,7 +228,10 @@ public:
         /// had not taken yet (its record flagged after_channel: the receiver takes them first).
         std::uint64_t ring_after_channel = 0;
         std::uint64_t opened = 0, refused = 0, bad_footers = 0;
-        std::uint64_t retired = 0;            // short channels closed because they went unused
+        std::uint64_t retired = 0;  // short channels closed because they went unused
+        /// Short channels a receiver opened while we still wrote to its previous one (only
+        /// a broken receiver does): each replaced the old as a close would.
+        std::uint64_t replaced = 0;
         std::size_t polled = 0, writing = 0;  // channels open now, each way
         std::uint64_t credit_frames = 0;      // explicit credit returns (connections)
         std::uint64_t credits_back = 0;       // credits our receivers returned (connections)
@@ -248,6 +251,11 @@ public:
     /// False when there is no channel or every slot is taken (try again later).
     bool inject_bad_eager_footer(std::uint32_t dest,
                                  footer_fault fault = footer_fault::unknown_sentinel);
+    /// Fault injection for tests: opens another short channel (shared memory) for `from`
+    /// while the one it writes to is open, without closing that one, as a broken receiver
+    /// would; the old one is still polled. False when `from` has no such channel here or a
+    /// new one cannot be made.
+    bool inject_replacing_short_open(std::uint32_t from);
 
     /// True when a one-sided put or get of `size` bytes with `pe` over `p` (the provider
     /// that reaches `pe`) is shared: from RNDV_SPLIT bytes over cma, with a ring to `pe`,
