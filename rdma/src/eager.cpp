@@ -789,14 +789,14 @@ bool layer::inject_replacing_short_open(std::uint32_t from) {
     if (from >= m.peers.size()) return false;
     auto& p = m.peers[from];
     if (!p.eager_in || p.eager_in->kind != eager_kind::short_slots || p.eager_in->done ||
-        !(p.in_ring && p.out_ring))
+        p.eager_in->closing || !(p.in_ring && p.out_ring))
         return false;
     eager_rx* c =
         m.eager_create(from, eager_kind::short_slots, m.cfg.eager_slots, m.cfg.eager_short_bytes);
     if (!c) return false;
     p.eager_in = c;  // the old one stays in the pollset, unclosed
     m.eager_announce(*c, 0);
-    return true;
+    return !c->done;  // done: the open could not be sent
 }
 
 bool layer::inject_bad_eager_footer(std::uint32_t dest, footer_fault fault) {

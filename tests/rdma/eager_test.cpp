@@ -12,11 +12,14 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstring>
 #include <deque>
+#include <new>
 #include <random>
 #include <string>
 #include <string_view>
@@ -1129,7 +1132,9 @@ TEST_P(eager, a_bad_footer_closes_that_channel_with_a_notice_naming_the_peer) {
 // (only a broken one does; layer::inject_replacing_short_open plays it): the sender takes the
 // new one as a close of the old followed by an open. A message the receiver has not taken
 // from the old channel yet gates the ring: the small messages after it wait for the receiver
-// to take it (they do not go into the ring before), and all arrive in order.
+// to take it (they do not go into the ring before), and all arrive in order. (The order alone
+// would not show a sender that forgot the gate: the receiver polls its channels, the old one
+// included, before its ring. The gate check does: code 17.)
 TEST_P(eager, a_second_open_replaces_the_channel_and_what_the_old_one_holds_comes_first) {
     if (!GetParam().rings()) GTEST_SKIP() << "the shared-memory short channel's open";
     pair_options opt = _opt;
@@ -1137,62 +1142,92 @@ TEST_P(eager, a_second_open_replaces_the_channel_and_what_the_old_one_holds_come
     const std::vector<std::size_t> first(40, 1000);
     const std::size_t held = first.size();  // the seed of the message left in the old channel
     const std::vector<std::size_t> after(10, 64);
+    // Two steps each PE tells the other through memory both share (run_pair forks), so that a
+    // PE waiting for one does not run its loop: the receiver takes nothing meanwhile, however
+    // slow the sender is.
+    struct steps {
+        std::atomic<int> held_sent{0};   // PE 0: message `held` is in the old channel
+        std::atomic<int> ring_tried{0};  // PE 0: it tried the messages after it
+    };
+    void* mem =
+        ::mmap(nullptr, sizeof(steps), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mem, MAP_FAILED);
+    auto* step = new (mem) steps{};
+    const auto wait_step = [](const std::atomic<int>& s) {
+        for (int ms = 0; ms < 60'000; ++ms) {
+            if (s.load(std::memory_order_acquire) != 0) return true;
+            std::this_thread::sleep_for(1ms);
+        }
+        return false;
+    };
+    const auto fail = [](unsigned pe, int code, const char* what) {
+        std::fprintf(stderr, "PE %u: %s (code %d)\n", pe, what, code);
+        return code;
+    };
     const auto r = run_pair(
         opt,
         [&](node& n, const std::function<void()>&) {
-            if (const int rc = send_paced(n, 1, first)) return rc;
-            if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 1; })) return 13;
-            if (!n.wait_messages(1)) return 14;  // the receiver stopped taking messages
+            if (const int rc = send_paced(n, 1, first))
+                return fail(0, rc, "the messages that open the channel did not go");
+            if (!n.wait_for([&] { return n.rdma->eager_stats().writing == 1; }))
+                return fail(0, 13, "no short channel to PE 1 opened");
+            if (!n.wait_messages(1)) return fail(0, 14, "PE 1 never said it took them all");
             alloc::msg_free(n.inbox.front().msg);
             n.inbox.pop_front();
             const auto sends = n.rdma->eager_stats().sends;
-            if (const int rc = send_numbered(n, 1, {1000}, 0, held)) return rc;
-            if (n.rdma->eager_stats().sends != sends + 1) {
-                std::fprintf(stderr, "PE 0: message %zu did not go by the channel\n", held);
-                return 15;
-            }
-            if (!n.wait_for([&] { return n.rdma->eager_stats().replaced == 1; })) return 16;
-            // The receiver sleeps on (below): the old channel still holds that message.
+            if (const int rc = send_numbered(n, 1, {1000}, 0, held))
+                return fail(0, rc, "the message for the old channel did not go");
+            if (n.rdma->eager_stats().sends != sends + 1)
+                return fail(0, 15, "that message did not go by the channel");
+            step->held_sent.store(1, std::memory_order_release);
+            if (!n.wait_for([&] { return n.rdma->eager_stats().replaced == 1; }))
+                return fail(0, 16, "PE 1's second open never came");
             std::vector<recorded_send> done(after.size());
             std::vector<void*> bufs;
             for (std::size_t k = 0; k < after.size(); ++k) {
-                bufs.push_back(alloc::msg_alloc(after[k]));
-                fill(bufs.back(), after[k], held + 1 + k);
-                n.rdma->send(1, static_cast<const std::byte*>(bufs.back()),
+                void* m = alloc::msg_alloc(after[k]);
+                if (!m) break;
+                fill(m, after[k], held + 1 + k);
+                bufs.push_back(m);
+                n.rdma->send(1, static_cast<const std::byte*>(m),
                              static_cast<std::uint32_t>(after[k]), false, 0, &done[k]);
             }
             const bool gated = done.front().calls == 0;
+            step->ring_tried.store(1, std::memory_order_release);
+            if (bufs.size() != after.size()) return fail(0, 18, "no memory for a message");
             const int rc = wait_sent(n, done);
             for (void* m : bufs)
                 alloc::msg_free(m);
-            if (!gated) {
-                std::fprintf(stderr,
-                             "PE 0: message %zu went by the ring while the replaced "
-                             "channel still held message %zu\n",
-                             held + 1, held);
-                return 17;
-            }
-            return rc;
+            if (!gated)
+                return fail(0, 17,
+                            "the message after it went by the ring while the replaced channel "
+                            "still held it");
+            return rc ? fail(0, rc, "the messages after it did not all go") : 0;
         },
         [&](node& n, const std::function<void()>&) {
             for (std::size_t k = 0; k < first.size(); ++k)
                 if (const int rc = take_one(n, first[k], k)) return rc;
-            if (n.rdma->eager_stats().polled != 1) return 24;
-            // Tell the sender, then take nothing for a while: its next message stays in the
-            // old channel's slot while the second open goes out.
+            if (const auto polled = n.rdma->eager_stats().polled; polled != 1) {
+                std::fprintf(stderr, "PE 1: %zu channels polled, not 1\n", polled);
+                return 24;
+            }
             const std::uint64_t word = 1;
             recorded_send go;
             n.rdma->send(0, reinterpret_cast<const std::byte*>(&word), sizeof word, false, 0, &go);
-            if (!n.wait_for([&] { return go.calls == 1; })) return 25;
-            std::this_thread::sleep_for(300ms);
-            if (!n.rdma->inject_replacing_short_open(0)) return 26;
-            // Long enough for the sender to take the open and try the next messages.
-            std::this_thread::sleep_for(1s);
+            if (!n.wait_for([&] { return go.calls == 1; }))
+                return fail(1, 25, "the note to PE 0 did not go");
+            if (!wait_step(step->held_sent))
+                return fail(1, 27, "PE 0 never put its message into the channel");
+            if (!n.rdma->inject_replacing_short_open(0))
+                return fail(1, 26, "no open short channel from PE 0 to replace");
+            if (!wait_step(step->ring_tried))
+                return fail(1, 28, "PE 0 never tried the messages after it");
             if (const int rc = take_one(n, 1000, held)) return rc;
             for (std::size_t k = 0; k < after.size(); ++k)
                 if (const int rc = take_one(n, after[k], held + 1 + k)) return rc;
             return 0;
         });
+    ::munmap(mem, sizeof(steps));
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
 }
