@@ -297,19 +297,28 @@ def write_svg(path, samples):
 
 
 # --- by placement -------------------------------------------------------------------------
-# On a VM the host moves the two vCPUs: the cache-line floor between them reads ~0.03 us
-# (close) or ~0.15 us (apart) from one minute to the next, and every same-host result moves
-# with it, more for an implementation that moves more cache lines per message. bench-perf.sh
-# runs tools/perf/placement_probe before and after each run ("floor_us", "floor_after_us");
-# a run whose two probes fall on the same side of the widest gap between the floors seen is
-# filed under that placement, one whose placement moved during it is left out here.
+# On a VM the host moves the two vCPUs, and every same-host result moves with the cache-line
+# floor between them, more for an implementation that moves more cache lines per message.
+# bench-perf.sh runs tools/perf/placement_probe before and after each run ("floor_us",
+# "floor_after_us"). This machine's probe has shown three placements (docs/perf.md, stops 21
+# and 34): close together 0.068-0.084 us, between 0.105-0.233, far apart 0.256-0.327. Between
+# and far apart nearly touch, so no rule on the gaps between the floors seen separates them;
+# the bands below (--bands changes them) do. A run whose two probes fall in one band is filed
+# under it; one whose placement moved across a band during it is left out here.
 SAME_HOST = ["coverse-shm", "ompi-vader", "ucx-shm", "ring", "line"]
 TCP = ["coverse-tcp", "ompi-tcp", "ucx-tcp"]
 PLACED = [("pingpong", 8), ("pingpong", 1024), ("rate", 8)]
+PLACEMENTS = ("close", "between", "apart")
+DEFAULT_BANDS = (0.095, 0.24)  # us: close below the first, apart from the second on
 
 
-def placement_split(path):
-    """(threshold, {(test, bytes): {placement: {impl: [values]}}}) or None without probes."""
+def band_of(floor, bands):
+    return PLACEMENTS[sum(floor >= b for b in bands)]
+
+
+def placement_split(path, bands=DEFAULT_BANDS):
+    """{(test, bytes): {placement: {impl: [values]}}} when the probes saw more than one
+    placement, else None (no probes, or one placement all along)."""
     runs = []
     with open(path) as f:
         for line in f:
@@ -319,33 +328,30 @@ def placement_split(path):
             r = json.loads(line)
             if "floor_us" in r and "floor_after_us" in r and r.get("test") in METRICS:
                 runs.append(r)
-    floors = sorted({v for r in runs for v in (r["floor_us"], r["floor_after_us"]) if v > 0})
-    if len(floors) < 2:
+    seen = {band_of(v, bands) for r in runs for v in (r["floor_us"], r["floor_after_us"]) if v > 0}
+    if len(seen) < 2:
         return None
-    gap, at = max((floors[i + 1] / floors[i], i) for i in range(len(floors) - 1))
-    if gap < 1.8:
-        return None  # one placement all along
-    threshold = math.sqrt(floors[at] * floors[at + 1])
     split = {}
     for r in runs:
-        near = [v < threshold for v in (r["floor_us"], r["floor_after_us"])]
-        if near[0] != near[1]:
+        if r["floor_us"] <= 0 or r["floor_after_us"] <= 0:
+            continue
+        where = band_of(r["floor_us"], bands)
+        if band_of(r["floor_after_us"], bands) != where:
             continue
         impl = LEGACY.get(r.get("impl", "?"), r.get("impl", "?"))
         field = METRICS[r["test"]][0]
         if field not in r:
             continue
         key = (r["test"], r.get("bytes", 0))
-        split.setdefault(key, {}).setdefault("close" if near[0] else "apart", {}).setdefault(
-            impl, []).append(r[field])
-    return threshold, split
+        split.setdefault(key, {}).setdefault(where, {}).setdefault(impl, []).append(r[field])
+    return split
 
 
 def placed_rows(split, impls, ours, peer):
     """The rows of one by-placement table: impls' medians and ours / peer, or [] without data."""
     rows = []
     for test, nbytes in PLACED:
-        for where in ("close", "apart"):
+        for where in PLACEMENTS:
             by_impl = split.get((test, nbytes), {}).get(where, {})
             if not any(by_impl.get(i) for i in impls):
                 continue
@@ -359,15 +365,14 @@ def placed_rows(split, impls, ours, peer):
     return rows
 
 
-def placement_table(path):
-    got = placement_split(path)
-    if got is None:
+def placement_table(path, bands=DEFAULT_BANDS):
+    split = placement_split(path, bands)
+    if split is None:
         return
-    threshold, split = got
-    print(f"\nBy placement of the two vCPUs (cache-line floor below / above {threshold:.3f} us, "
-          "probed before and after each run; runs whose placement moved are left out). The "
-          "placement moved during this run, so the medians above mix both: compare like with "
-          "like here.\n")
+    print(f"\nBy placement of the two vCPUs (cache-line floor probed before and after each run: "
+          f"close below {bands[0]:g} us, between up to {bands[1]:g}, apart from there on; runs "
+          "whose placement moved are left out). The placement moved during this run, so the "
+          "medians above mix placements: compare like with like here.\n")
     for impls, ours, peer, name in ((SAME_HOST, "coverse-shm", "ompi-vader", "shm/vader"),
                                     (TCP, "coverse-tcp", "ucx-tcp", "tcp/ucx-tcp")):
         # Only the implementations this file has in these rows (the ring floor is optional).
@@ -388,11 +393,21 @@ def main():
         description="The side-by-side table of scripts/bench-perf.sh's JSON lines.")
     ap.add_argument("results", help="the JSON lines file bench-perf.sh wrote")
     ap.add_argument("--svg", metavar="FILE", help="also write the plot to FILE")
+    ap.add_argument("--bands", metavar="CLOSE,APART",
+                    default=",".join(f"{b:g}" for b in DEFAULT_BANDS),
+                    help="placement probe bands in us: close below CLOSE, apart from APART on, "
+                    "between in between (default %(default)s, this machine's)")
     a = ap.parse_args()
+    try:
+        bands = tuple(float(x) for x in a.bands.split(","))
+    except ValueError:
+        bands = ()
+    if len(bands) != 2 or not 0 < bands[0] < bands[1]:
+        ap.error(f"--bands {a.bands}: expected two increasing positive numbers, e.g. 0.095,0.24")
     samples = load(a.results)
     table(samples)
     targets(samples)
-    placement_table(a.results)
+    placement_table(a.results, bands)
     if a.svg:
         write_svg(a.svg, samples)
         print(f"\nPlot: {a.svg}", file=sys.stderr)

@@ -45,6 +45,29 @@ expect "$placed" '| test | size | placement | coverse-shm | ompi-vader | ucx-shm
     '| pingpong | 8 B | close | 3.60 (1) | 3.70 (1) | 2.90 (1) | 1.24 |' \
     '| pingpong | 8 B | apart | 7.92 (1) | 8.14 (1) | 6.38 (1) | 1.24 |'
 
+# Three placements (tests/perf/data/bench-perf-placed3.jsonl: close, between and apart, as
+# this machine's probe reads them, and a vader run whose placement moved from between to
+# apart): a row for each, and the moved run (0.99 us) in none. Between and apart are too near
+# for a rule on the gaps between floors; the bands file them.
+placed3=$("$2" "$src/scripts/bench-perf-table.py" "$src/tests/perf/data/bench-perf-placed3.jsonl") ||
+    exit 1
+printf '%s\n' "$placed3"
+expect "$placed3" '| pingpong | 8 B | close | 0.12 (1) | 0.14 (1) | 0.86 |' \
+    '| pingpong | 8 B | between | 0.22 (1) | 0.29 (1) | 0.76 |' \
+    '| pingpong | 8 B | apart | 0.35 (1) | 0.41 (1) | 0.85 |'
+if printf '%s\n' "$placed3" | sed -n '/By placement/,$p' | grep -q '0\.99'; then
+    echo "bench_perf_table: a run whose placement moved was filed by placement" >&2
+    exit 1
+fi
+# Bands that are not two increasing numbers are a usage error (exit 2), naming the option.
+bad=$("$2" "$src/scripts/bench-perf-table.py" --bands 0.2,0.1 \
+    "$src/tests/perf/data/bench-perf-placed3.jsonl" 2>&1)
+status=$?
+if [ "$status" != 2 ] || ! printf '%s\n' "$bad" | grep -q -- '--bands 0.2,0.1'; then
+    echo "bench_perf_table: --bands 0.2,0.1 gave status $status: $bad" >&2
+    exit 1
+fi
+
 if ! grep -q '^<svg ' "$svg" || ! grep -q '</svg>' "$svg"; then
     echo "bench_perf_table: --svg wrote no SVG" >&2
     exit 1
