@@ -370,9 +370,12 @@ def placement_table(path, bands=DEFAULT_BANDS):
     if split is None:
         return
     print(f"\nBy placement of the two vCPUs (cache-line floor probed before and after each run: "
-          f"close below {bands[0]:g} us, between up to {bands[1]:g}, apart from there on; runs "
+          f"close below {bands[0]:g} us, between below {bands[1]:g}, apart from there on; runs "
           "whose placement moved are left out). The placement moved during this run, so the "
           "medians above mix placements: compare like with like here.\n")
+    if not split:
+        print("No run stayed in one placement from its first probe to its last.")
+        return
     for impls, ours, peer, name in ((SAME_HOST, "coverse-shm", "ompi-vader", "shm/vader"),
                                     (TCP, "coverse-tcp", "ucx-tcp", "tcp/ucx-tcp")):
         # Only the implementations this file has in these rows (the ring floor is optional).
@@ -402,7 +405,7 @@ def main():
         bands = tuple(float(x) for x in a.bands.split(","))
     except ValueError:
         bands = ()
-    if len(bands) != 2 or not 0 < bands[0] < bands[1]:
+    if len(bands) != 2 or not all(math.isfinite(b) for b in bands) or not 0 < bands[0] < bands[1]:
         ap.error(f"--bands {a.bands}: expected two increasing positive numbers, e.g. 0.095,0.24")
     samples = load(a.results)
     table(samples)

@@ -59,6 +59,11 @@ if printf '%s\n' "$placed3" | sed -n '/By placement/,$p' | grep -q '0\.99'; then
     echo "bench_perf_table: a run whose placement moved was filed by placement" >&2
     exit 1
 fi
+# Other bands file the same runs elsewhere: with 0.1,0.3 the close vader run and the far one
+# are between, beside the between coverse-shm run.
+rebanded=$("$2" "$src/scripts/bench-perf-table.py" --bands 0.1,0.3 \
+    "$src/tests/perf/data/bench-perf-placed3.jsonl") || exit 1
+expect "$rebanded" '| pingpong | 8 B | between | 0.22 (1) | 0.64 (2) | 0.34 |'
 # Bands that are not two increasing numbers are a usage error (exit 2), naming the option.
 bad=$("$2" "$src/scripts/bench-perf-table.py" --bands 0.2,0.1 \
     "$src/tests/perf/data/bench-perf-placed3.jsonl" 2>&1)
