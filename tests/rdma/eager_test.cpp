@@ -1182,22 +1182,14 @@ TEST_P(eager, a_second_open_replaces_the_channel_and_what_the_old_one_holds_come
             step->held_sent.store(1, std::memory_order_release);
             if (!n.wait_for([&] { return n.rdma->eager_stats().replaced == 1; }))
                 return fail(0, 16, "PE 1's second open never came");
-            std::vector<recorded_send> done(after.size());
-            std::vector<void*> bufs;
-            for (std::size_t k = 0; k < after.size(); ++k) {
-                void* m = alloc::msg_alloc(after[k]);
-                if (!m) break;
-                fill(m, after[k], held + 1 + k);
-                bufs.push_back(m);
-                n.rdma->send(1, static_cast<const std::byte*>(m),
-                             static_cast<std::uint32_t>(after[k]), false, 0, &done[k]);
-            }
-            const bool gated = done.front().calls == 0;
-            step->ring_tried.store(1, std::memory_order_release);
-            if (bufs.size() != after.size()) return fail(0, 18, "no memory for a message");
-            const int rc = wait_sent(n, done);
-            for (void* m : bufs)
-                alloc::msg_free(m);
+            bool posted = false, gated = false;
+            const int rc = send_numbered(n, 1, after, 0, held + 1,
+                                         [&](const std::vector<recorded_send>& done) {
+                                             posted = true;
+                                             gated = done.front().calls == 0;
+                                             step->ring_tried.store(1, std::memory_order_release);
+                                         });
+            if (!posted) return fail(0, rc, "the messages after it could not be made");
             if (!gated)
                 return fail(0, 17,
                             "the message after it went by the ring while the replaced channel "

@@ -318,9 +318,12 @@ inline int wait_sent(node& n, std::vector<recorded_send>& done) {
 }
 
 /// Sends sizes[k] with seed first_seed + k, pausing 1 ms every `pause_every` messages;
-/// waits for every completion.
-inline int send_numbered(node& n, std::uint32_t to, const std::vector<std::size_t>& sizes,
-                         std::size_t pause_every = 0, std::size_t first_seed = 0) {
+/// waits for every completion. `posted`, when given, sees the completions once every send
+/// was made and before the wait (what went at once, and what waits).
+inline int send_numbered(
+    node& n, std::uint32_t to, const std::vector<std::size_t>& sizes, std::size_t pause_every = 0,
+    std::size_t first_seed = 0,
+    const std::function<void(const std::vector<recorded_send>&)>& posted = {}) {
     std::vector<recorded_send> done(sizes.size());
     std::vector<void*> bufs;
     for (std::size_t k = 0; k < sizes.size(); ++k) {
@@ -333,6 +336,7 @@ inline int send_numbered(node& n, std::uint32_t to, const std::vector<std::size_
         if (pause_every && k % pause_every == pause_every - 1)
             n.wait_for([] { return false; }, std::chrono::milliseconds(1));
     }
+    if (posted) posted(done);
     const int rc = wait_sent(n, done);
     for (void* m : bufs)
         alloc::msg_free(m);

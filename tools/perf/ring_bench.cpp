@@ -201,14 +201,14 @@ public:
         const std::span<const std::byte> chunk(bytes, size);
         const auto total = static_cast<std::uint32_t>(size);
         for (std::uint64_t n = 1; !_out.try_write(chunk, total, shm_flags::message, 0); ++n)
-            if ((n & 0xFFFFF) == 0) check_peer();
+            if ((n & 0xFFFFF) == 0) give_up_if_gone(_peer);
     }
     // Copies the next record out into `into` (as a ring drain does) and releases it.
     std::size_t receive(std::byte* into) {
         std::optional<shm_record> r;
         for (std::uint64_t n = 1; !(r = _in.peek()); ++n) {
             if (_in.corrupt()) fail("the ring holds an impossible record");
-            if ((n & 0xFFFFF) == 0) check_peer();
+            if ((n & 0xFFFFF) == 0) give_up_if_gone(_peer);
         }
         std::memcpy(into, r->chunk.data(), r->chunk.size());
         _in.consume();
@@ -216,7 +216,6 @@ public:
     }
 
 private:
-    void check_peer() { give_up_if_gone(_peer); }
     shm_ring& _out;
     shm_ring& _in;
     pid_t _peer;  // > 0: the child's pid; < 0: minus the parent's
@@ -244,7 +243,7 @@ public:
     std::size_t receive(std::byte* into) {
         ++_received;
         for (std::uint64_t n = 1; _in.number.load(std::memory_order_acquire) != _received; ++n)
-            if ((n & 0xFFFFF) == 0) check_peer();
+            if ((n & 0xFFFFF) == 0) give_up_if_gone(_peer);
         const std::size_t size = _in.size;
         if (size > sizeof _in.bytes) fail("the other process wrote an impossible size");
         std::memcpy(into, _in.bytes, size);
@@ -252,7 +251,6 @@ public:
     }
 
 private:
-    void check_peer() { give_up_if_gone(_peer); }
     place& _out;
     place& _in;
     pid_t _peer;
@@ -325,7 +323,7 @@ int wait_second(pid_t child) {
 }
 
 // Starts the second process and plays the exchange: `make(first, peer)` makes the side of
-// the first process (first == true) or of the second, `peer` what that side's check_peer
+// the first process (first == true) or of the second, `peer` what that side's give_up_if_gone
 // watches. Both pin themselves first.
 template <class Make>
 int play(const options& o, const std::vector<long>& sizes, Make make) {
@@ -337,7 +335,7 @@ int play(const options& o, const std::vector<long>& sizes, Make make) {
         return 1;
     }
     if (child == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and check_peer, if the parent died already
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and give_up_if_gone, if the parent died already
         pin(o.cpus[1], "second process");
         auto s = make(false, -parent);
         echo(s, o, sizes);
