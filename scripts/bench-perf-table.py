@@ -7,8 +7,9 @@ one line per implementation), written by hand: no plotting library needed.
 
 Implementations: coverse-shm, coverse-tcp, ompi-vader, ompi-tcp, ucx-shm, ucx-tcp, pvr (raw
 process_vm_readv), ring (coverse's shared-memory ring alone), line (no ring: the same messages
-through one fixed place each way, the floor under any layer); the older files' "coverse" and
-"mpi" read as coverse-shm and ompi-tcp.
+through one fixed place each way, the floor under any layer), tcpline (the same ping-pong over
+bare loopback TCP, the floor under any layer over TCP); the older files' "coverse" and "mpi"
+read as coverse-shm and ompi-tcp.
 
 Usage: scripts/bench-perf-table.py [--svg FILE] RESULTS.jsonl
 """
@@ -28,7 +29,7 @@ METRICS = {
     "barrier": ("lat_us", "µs", "lower"),
 }
 IMPLS = ["coverse-shm", "coverse-tcp", "ompi-vader", "ompi-tcp", "ucx-shm", "ucx-tcp", "pvr",
-         "ring", "line"]
+         "ring", "line", "tcpline"]
 LEGACY = {"coverse": "coverse-shm", "mpi": "ompi-tcp"}
 
 # (column, ours, peers): ours / the best of the peers (the lowest latency, the highest MB/s).
@@ -40,6 +41,8 @@ RATIOS = [
     ("line/vader", "line", ("ompi-vader",)),
     ("tcp/ompi-tcp", "coverse-tcp", ("ompi-tcp",)),
     ("tcp/best(ompi-tcp,ucx-tcp)", "coverse-tcp", ("ompi-tcp", "ucx-tcp")),
+    # The same for TCP: the bare loopback exchange over UCX's, the least tcp/ucx-tcp can be.
+    ("tcpline/ucx-tcp", "tcpline", ("ucx-tcp",)),
 ]
 
 MiB = 1 << 20
@@ -68,13 +71,17 @@ TARGETS = [
      ">=", 1.5),
     ("TCP 8 B one-way latency vs UCX TCP", "pingpong", 8, "coverse-tcp", ("ucx-tcp",), "<=", 0.9),
 ]
+# A target's implementation -> the floor under it and what that floor is: a latency target of
+# coverse-tcp also says how the floor stands against the same peers (the least any layer could
+# reach), when the file has the floor's result at that size.
+FLOORS = {"coverse-tcp": ("tcpline", "the bare TCP exchange")}
 SMALL = 1024  # issue 5: same-host small-message latency at most 0.8x Open MPI TCP's
 SMALL_TARGET = 0.8
 
 COLORS = {
     "coverse-shm": "#d62728", "coverse-tcp": "#ff7f0e", "ompi-vader": "#1f77b4",
     "ompi-tcp": "#17becf", "ucx-shm": "#2ca02c", "ucx-tcp": "#9acd32", "pvr": "#555555",
-    "ring": "#8c564b", "line": "#bcbd22",
+    "ring": "#8c564b", "line": "#bcbd22", "tcpline": "#9467bd",
 }
 
 
@@ -175,7 +182,20 @@ def table(samples):
           "row (get) is one process_vm_readv call, not a message; ring is coverse's "
           "shared-memory ring alone (ring_bench: no runtime above it), so shm/ring is what "
           "coverse's layers add; line is the same exchange through one fixed place each way "
-          "(ring_bench --bare), so line/vader is the lowest shm/vader any layer could reach.")
+          "(ring_bench --bare), so line/vader is the lowest shm/vader any layer could reach; "
+          "tcpline is the same ping-pong over one loopback TCP connection, one send() and a "
+          "spinning recv() per message (tcp_line), so tcpline/ucx-tcp is the lowest "
+          "tcp/ucx-tcp any layer over the kernel's TCP could reach.")
+
+
+def floor_note(by_impl, test, ours, peers, peer_text):
+    """What a latency target whose implementation has a floor (FLOORS) measured here adds
+    to its line, e.g. " (the bare TCP exchange, tcpline, is 0.95x ucx-tcp)"; else ""."""
+    if test != "pingpong" or ours not in FLOORS:
+        return ""
+    floor, what = FLOORS[ours]
+    r = ratio(by_impl, test, floor, peers)
+    return f" ({what}, {floor}, is {r:.2f}x {peer_text})" if r is not None else ""
 
 
 def targets(samples):
@@ -183,14 +203,16 @@ def targets(samples):
     for what, test, nbytes, ours, peers, op, bound in TARGETS:
         by_impl = samples.get((test, nbytes), {})
         missing = [i for i in (ours,) + peers if not by_impl.get(i)]
-        label = f"{ours} / {peers[0] if len(peers) == 1 else 'best(' + ', '.join(peers) + ')'}"
+        peer_text = peers[0] if len(peers) == 1 else "best(" + ", ".join(peers) + ")"
+        note = floor_note(by_impl, test, ours, peers, peer_text)
         if missing:
             print(f"- n/a  {what}: no {test} result at {size_text(nbytes)} from "
-                  f"{', '.join(missing)} (target {op} {bound:.2f})")
+                  f"{', '.join(missing)} (target {op} {bound:.2f}){note}")
             continue
         r = ratio(by_impl, test, ours, peers)
         ok = r >= bound if op == ">=" else r <= bound
-        print(f"- {'PASS' if ok else 'MISS'} {what}: {label} = {r:.2f} (target {op} {bound:.2f})")
+        print(f"- {'PASS' if ok else 'MISS'} {what}: {ours} / {peer_text} = {r:.2f} "
+              f"(target {op} {bound:.2f}){note}")
     small = [(b, ratio(s, "pingpong", "coverse-shm", ("ompi-tcp",)))
              for (t, b), s in sorted(samples.items()) if t == "pingpong" and b <= SMALL]
     small = [(b, r) for b, r in small if r is not None]
@@ -265,7 +287,7 @@ def write_svg(path, samples):
         for i in impls:
             pts = sorted((b, median(s[i])) for (t, b), s in samples.items() if t == test and i in s)
             if pts:
-                dash = ' stroke-dasharray="6,4"' if i.endswith("tcp") else (
+                dash = ' stroke-dasharray="6,4"' if i.endswith("tcp") or i == "tcpline" else (
                     ' stroke-dasharray="2,3"' if i == "pvr" else "")
                 out.append((i, label_of(i), dash, pts))
         return out
@@ -306,7 +328,9 @@ def write_svg(path, samples):
 # the bands below (--bands changes them) do. A run whose two probes fall in one band is filed
 # under it; one whose placement moved across a band during it is left out here.
 SAME_HOST = ["coverse-shm", "ompi-vader", "ucx-shm", "ring", "line"]
-TCP = ["coverse-tcp", "ompi-tcp", "ucx-tcp"]
+# tcpline moves with the placement as the TCP layers do (its two processes on the same two
+# vCPUs), so it is filed beside them, the floor of that table.
+TCP = ["coverse-tcp", "ompi-tcp", "ucx-tcp", "tcpline"]
 PLACED = [("pingpong", 8), ("pingpong", 1024), ("rate", 8)]
 PLACEMENTS = ("close", "between", "apart")
 DEFAULT_BANDS = (0.095, 0.24)  # us: close below the first, apart from the second on
@@ -378,7 +402,7 @@ def placement_table(path, bands=DEFAULT_BANDS):
         return
     for impls, ours, peer, name in ((SAME_HOST, "coverse-shm", "ompi-vader", "shm/vader"),
                                     (TCP, "coverse-tcp", "ucx-tcp", "tcp/ucx-tcp")):
-        # Only the implementations this file has in these rows (the ring floor is optional).
+        # Only the implementations this file has in these rows (the floors are optional).
         impls = [i for i in impls
                  if any(i in by_impl for key in PLACED
                         for by_impl in split.get(key, {}).values())]

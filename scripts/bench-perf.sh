@@ -16,6 +16,9 @@
 #                small-message latency (sizes up to 256 KiB; larger ones are skipped)
 #   line         ring_bench --bare: no ring, the same messages through one fixed place each
 #                way (copied in, a number stored last): the hardware's floor under any layer
+#   tcpline      tcp_line: the same ping-pong over one loopback TCP connection, TCP_NODELAY,
+#                one send() per message, the receiver spinning on recv(MSG_DONTWAIT): the
+#                kernel's floor under any layer over TCP (coverse-tcp, ucx-tcp, ompi-tcp)
 # An implementation whose tool is missing is skipped with the reason; a run that fails
 # leaves its numbers out for that repetition, said on stderr. Then the table of medians
 # with the ratios and issue 10's targets (scripts/bench-perf-table.py; FILE again later).
@@ -33,7 +36,7 @@
 #   rate      tag_bw -s 8 -O W: "overall" message rate
 #
 # Usage: scripts/bench-perf.sh [options] [-- arguments for coverse-perf and mpi_perf]
-#   --peers LIST       implementations to run, comma-separated (default: all nine above)
+#   --peers LIST       implementations to run, comma-separated (default: all ten above)
 #   --install-peers    install what is missing from Debian: Open MPI and ucx-utils
 #   --install-mpi      install Debian's Open MPI (apt-get) when mpirun or mpicc is missing
 #   --reps R           repetitions (default 5)
@@ -45,8 +48,9 @@
 #   --quick            few iterations everywhere (a smoke test of the script, not a measurement)
 #   -h, --help         this text
 # Of the arguments after --, --sizes, --window, --iters and --warmup also set ucx_perftest's
-# sizes and counts, --sizes pvr_bench's, and --sizes, --iters and --warmup ring_bench's. Default sizes: the programs' own (pingpong 8 B
-# to 4 MiB, bw 4 KiB to 4 MiB, rate 8 B).
+# sizes and counts, --sizes pvr_bench's, and --sizes, --iters and --warmup ring_bench's and
+# tcp_line's. Default sizes: the programs' own (pingpong 8 B to 4 MiB, bw 4 KiB to 4 MiB,
+# rate 8 B).
 # Example: scripts/bench-perf.sh --install-peers --reps 5 -- --sizes 8,1K,64K,1M,4M
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +63,7 @@ die() {
 }
 note() { echo "bench-perf: $*" >&2; }
 
-all_impls=(coverse-shm coverse-tcp ompi-vader ompi-tcp ucx-shm ucx-tcp pvr ring line)
+all_impls=(coverse-shm coverse-tcp ompi-vader ompi-tcp ucx-shm ucx-tcp pvr ring line tcpline)
 build=build/release
 reps=5
 out=
@@ -114,8 +118,8 @@ to_bytes() {
     echo $((s * unit))
 }
 
-# What the arguments after -- say about sizes and counts, for the two peers that do not read
-# them (ucx_perftest, pvr_bench).
+# What the arguments after -- say about sizes and counts, for the peers that do not read
+# them (ucx_perftest, pvr_bench, ring_bench, tcp_line).
 sizes=
 window=64
 iters=0
@@ -158,6 +162,7 @@ if [ "$do_build" = 1 ]; then
     targets=(coverse-perf coverse-run placement_probe)
     has pvr && targets+=(pvr_bench)
     { has ring || has line; } && targets+=(ring_bench)
+    has tcpline && targets+=(tcp_line)
     bench_build "$build" "${targets[@]}"
 fi
 
@@ -217,6 +222,13 @@ for w in "${wanted[@]}"; do
                 impls+=("$w")
             else
                 skip "$w" "$build/tools/perf/ring_bench is missing (build it, or drop --no-build)"
+            fi
+            ;;
+        tcpline)
+            if [ -x "$build/tools/perf/tcp_line" ]; then
+                impls+=("$w")
+            else
+                skip "$w" "$build/tools/perf/tcp_line is missing (build it, or drop --no-build)"
             fi
             ;;
     esac
@@ -338,13 +350,14 @@ run_one() {
             timeout 600 "$build/tools/perf/pvr_bench" ${quick[@]+"${quick[@]}"} \
                 ${sz[@]+"${sz[@]}"} >"$raw" || rc=$?
             ;;
-        ring | line)
-            local rs=()
+        ring | line | tcpline)
+            local rs=() tool=ring_bench
             [ "$impl" = line ] && rs+=(--bare)
+            [ "$impl" = tcpline ] && tool=tcp_line
             [ -n "$sizes" ] && rs+=(--sizes "$sizes")
             ((iters > 0)) && rs+=(--iters "$iters")
             ((warmup >= 0)) && rs+=(--warmup "$warmup")
-            timeout 600 "$build/tools/perf/ring_bench" ${quick[@]+"${quick[@]}"} \
+            timeout 600 "$build/tools/perf/$tool" ${quick[@]+"${quick[@]}"} \
                 ${rs[@]+"${rs[@]}"} >"$raw" || rc=$?
             ;;
     esac

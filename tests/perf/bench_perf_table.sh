@@ -6,7 +6,8 @@
 set -u
 src=$1
 svg=$(mktemp)
-trap 'rm -f "$svg"' EXIT
+svg_tcpline=$(mktemp)
+trap 'rm -f "$svg" "$svg_tcpline"' EXIT
 
 # expect OUTPUT LINE...: each LINE is in OUTPUT, or the test fails naming it.
 expect() {
@@ -72,6 +73,34 @@ if [ "$status" != 2 ] || ! printf '%s\n' "$bad" | grep -q -- '--bands 0.2,0.1'; 
     echo "bench_perf_table: --bands 0.2,0.1 gave status $status: $bad" >&2
     exit 1
 fi
+
+# The TCP floor (tests/perf/data/bench-perf-tcpline.jsonl: coverse-tcp, ucx-tcp and tcpline at
+# 8 B and 1 KiB, one repetition close and one apart, and a same-host pair beside them):
+# tcpline is a column with its ratio over ucx-tcp, the TCP 8 B target says where the floor
+# stands (4.80 / 5.20 us), tcpline is filed by placement with the TCP layers and not with the
+# same-host ones, and the plot draws it dashed in its colour.
+tcpline=$("$2" "$src/scripts/bench-perf-table.py" --svg "$svg_tcpline" \
+    "$src/tests/perf/data/bench-perf-tcpline.jsonl") || exit 1
+printf '%s\n' "$tcpline"
+expect "$tcpline" '| coverse-tcp | ompi-vader | ucx-tcp | tcpline | shm/vader | tcpline/ucx-tcp |' \
+    '| 5.20 ±23% | 4.80 ±25% | 0.87 | 0.92 |' \
+    '| pingpong | 1 KiB | µs one-way p50 | lower | — | 5.90 ±29% | — | 5.80 ±24% | 5.20 ±23% | — | 0.90 |' \
+    'so tcpline/ucx-tcp is the lowest tcp/ucx-tcp any layer' \
+    'TCP 8 B one-way latency vs UCX TCP: coverse-tcp / ucx-tcp = 1.06 (target <= 0.90) (the bare TCP exchange, tcpline, is 0.92x ucx-tcp)' \
+    '| test | size | placement | coverse-shm | ompi-vader | shm/vader |' \
+    '| test | size | placement | coverse-tcp | ucx-tcp | tcpline | tcp/ucx-tcp |' \
+    '| pingpong | 8 B | close | 3.80 (1) | 4.00 (1) | 3.60 (1) | 0.95 |' \
+    '| pingpong | 1 KiB | apart | 7.60 (1) | 7.20 (1) | 6.40 (1) | 1.06 |'
+grep -q 'stroke="#9467bd" stroke-width="2" stroke-dasharray="6,4"' "$svg_tcpline" || {
+    echo "bench_perf_table: the plot has no dashed tcpline in its colour" >&2
+    exit 1
+}
+# Without a tcpline result the TCP target says nothing of a floor: the line ends at the target.
+printf '%s\n' "$placed" |
+    grep -qxF -- '- MISS TCP 8 B one-way latency vs UCX TCP: coverse-tcp / ucx-tcp = 1.71 (target <= 0.90)' || {
+    echo "bench_perf_table: the TCP target without a tcpline result is not the plain line" >&2
+    exit 1
+}
 
 if ! grep -q '^<svg ' "$svg" || ! grep -q '</svg>' "$svg"; then
     echo "bench_perf_table: --svg wrote no SVG" >&2

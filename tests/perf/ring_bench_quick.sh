@@ -41,35 +41,7 @@ grep -q 'unknown argument "--window"' "$err" || fail "the refusal does not name 
 "$bench" --sizes 0 >/dev/null 2>"$err"
 [ $? = 2 ] || fail "--sizes 0 was not refused"
 
-# The second process dies mid-run: the first notices (it looks every 2^20 empty polls) and
-# gives up with status 1 within the test's timeout, not later. Arguments: ring_bench's extra
-# flags.
-second_dies() {
-    "$bench" "$@" --sizes 8 --iters 100000000 >/dev/null 2>"$err" &
-    first=$!
-    second=
-    for _ in $(seq 1 100); do
-        # The child of $first, from /proc (procps need not be installed): field 4 of stat is
-        # the parent's pid (the name in field 2 has no spaces here).
-        for stat in /proc/[0-9]*/stat; do
-            { read -r pid _ _ ppid _ <"$stat"; } 2>/dev/null || continue
-            [ "$ppid" = "$first" ] && second=$pid && break
-        done
-        [ -n "$second" ] && break
-        sleep 0.05
-    done
-    [ -n "$second" ] || {
-        kill "$first" 2>/dev/null
-        fail "the second process did not start ($*)"
-    }
-    sleep 0.2
-    kill -KILL "$second"
-    wait "$first"
-    rc=$?
-    first=
-    [ "$rc" = 1 ] || fail "with its second process killed, ring_bench $* ended with status $rc, not 1"
-    grep -q "the other process stopped" "$err" || fail "no reason given ($*): $(cat "$err")"
-}
-second_dies
-second_dies --bare
+. "$(dirname "$0")/floor_bench_lib.sh"
+second_dies ring_bench
+second_dies ring_bench --bare
 echo "ring_bench_quick: ok"

@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "perf_args.h"
+#include "floor_bench.hpp"
 
 namespace {
 
@@ -48,17 +48,12 @@ using coverse::rdma::shm_record;
 using coverse::rdma::shm_ring;
 namespace shm_flags = coverse::rdma::shm_flags;
 
-constexpr long header_bytes = 16;            // CmiMsgHeaderSizeBytes
 constexpr std::size_t ring_bytes = 1 << 20;  // each way; records up to a quarter of it
-constexpr int max_sizes = 64;
 
-struct options {
-    std::vector<long> sizes;
-    long iters = 0, warmup = -1;  // 0 and -1: coverse-perf's schedule
-    int cpus[2] = {0, 1};
-    bool quick = false;
-    bool bare = false;
-};
+using floor_bench::header_bytes;
+using floor_bench::now_us;
+using floor_bench::options;
+using floor_bench::plan;
 
 void usage(FILE* f) {
     std::fputs(
@@ -83,92 +78,8 @@ void usage(FILE* f) {
         f);
 }
 
-// 0: fine, 1: --help, 2: bad argument (message in err).
-int parse_options(int argc, char** argv, options& o, std::string& err) {
-    char buf[256] = "";
-    for (int i = 1; i < argc; ++i) {
-        static const char* const with_value[] = {"--sizes", "--iters", "--warmup", "--cpus",
-                                                 nullptr};
-        char name[32];
-        const char *a = nullptr, *v = nullptr;
-        if (perf_next_flag(argc, argv, &i, with_value, name, &a, &v, buf, sizeof buf)) {
-            err = buf;
-            return 2;
-        }
-        const std::string flag = a;
-        if (flag == "--help" || flag == "-h") return 1;
-        if (flag == "--json") continue;
-        if (flag == "--quick") {
-            o.quick = true;
-        } else if (flag == "--bare") {
-            o.bare = true;
-        } else if (flag == "--sizes") {
-            o.sizes.clear();
-            std::string list = v;
-            for (std::size_t at = 0; at <= list.size();) {
-                const std::size_t end = std::min(list.find(',', at), list.size());
-                const std::string t = list.substr(at, end - at);
-                long n = 0;
-                if (static_cast<int>(o.sizes.size()) == max_sizes ||
-                    !perf_parse_size(t.c_str(), 1L << 30, &n)) {
-                    err = "--sizes: \"" + t + "\" is not a size from 1 B to 1G (or too many sizes)";
-                    return 2;
-                }
-                o.sizes.push_back(n);
-                at = end + 1;
-            }
-        } else if (flag == "--iters" || flag == "--warmup") {
-            const long min = flag == "--warmup" ? 0 : 1;
-            long n = 0;
-            if (!perf_parse_long(v, min, 100000000, &n)) {
-                err = flag + ": \"" + v + "\" is not a count from " + std::to_string(min) +
-                      " to 100000000";
-                return 2;
-            }
-            (flag == "--iters" ? o.iters : o.warmup) = n;
-        } else if (flag == "--cpus") {
-            long c0 = 0, c1 = 0;
-            const char* comma = std::strchr(v, ',');
-            const std::string first = comma ? std::string(v, comma) : std::string();
-            if (!comma || !perf_parse_long(first.c_str(), 0, CPU_SETSIZE - 1, &c0) ||
-                !perf_parse_long(comma + 1, 0, CPU_SETSIZE - 1, &c1)) {
-                err = std::string("--cpus: \"") + v + "\" is not two CPU numbers A,B";
-                return 2;
-            }
-            o.cpus[0] = static_cast<int>(c0);
-            o.cpus[1] = static_cast<int>(c1);
-        } else {
-            err = std::string("unknown argument \"") + argv[i] + "\"";
-            return 2;
-        }
-    }
-    if (o.sizes.empty()) o.sizes = {8, 1024, 64 * 1024};
-    return 0;
-}
-
-// coverse-perf's pingpong schedule (perf_options.cpp, plan_for): 10000 round trips up to
-// 4 KiB, fewer above (at least 100); --quick: 50 and 5.
-void plan(long bytes, const options& o, long& warmup, long& iters) {
-    const long base = o.quick ? 50 : 10000, floor = o.quick ? 5 : 100;
-    long n = bytes <= 4096 ? base : std::clamp(base * 4096 / bytes, floor, base);
-    if (o.iters > 0) n = o.iters;
-    iters = n;
-    warmup = o.warmup >= 0 ? o.warmup : std::max(n / 10, 1L);
-}
-
-double now_us() {
-    return std::chrono::duration<double, std::micro>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
 void pin(int cpu, const char* who) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0)
-        std::fprintf(stderr, "ring_bench: could not pin the %s to CPU %d (%s); running unpinned\n",
-                     who, cpu, std::strerror(errno));
+    floor_bench::pin("ring_bench", cpu, who);
 }
 
 [[noreturn]] void fail(const char* why) {
@@ -289,7 +200,7 @@ void drive(Side& s, const options& o, const std::vector<long>& sizes) {
         std::printf(
             "{\"test\":\"pingpong\",\"impl\":\"%s\",\"bytes\":%ld,\"lat_us\":%.3f,"
             "\"p50_us\":%.3f,\"iters\":%ld,\"pes\":2}\n",
-            o.bare ? "line" : "ring", payload, mean / 2, median(rtt) / 2, iters);
+            o.extra ? "line" : "ring", payload, mean / 2, median(rtt) / 2, iters);
         std::fflush(stdout);
     }
     s.send(msg.data(), 1);  // the end: a record of one byte, which no ping-pong sends
@@ -374,7 +285,7 @@ int run_bare(const options& o, const std::vector<long>& sizes) {
 int main(int argc, char** argv) {
     options o;
     std::string err;
-    const int rc = parse_options(argc, argv, o, err);
+    const int rc = floor_bench::parse_options(argc, argv, "--bare", o, err);
     if (rc == 1) {
         usage(stdout);
         return 0;
@@ -395,7 +306,7 @@ int main(int argc, char** argv) {
             sizes.push_back(payload);
     }
 
-    if (o.bare) return run_bare(o, sizes);
+    if (o.extra) return run_bare(o, sizes);
 
     // Both rings and both producer mappings are made before the fork, and the names removed:
     // each process uses its own copy of the objects it needs, and nothing is left in /dev/shm

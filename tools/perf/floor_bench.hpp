@@ -1,0 +1,123 @@
+// floor_bench.hpp: what the two floor benchmarks share (ring_bench: the shared-memory ring and,
+// --bare, one cache line; tcp_line: bare loopback TCP). Both are a ping-pong of whole messages
+// between two processes pinned to two CPUs, with the same flags, the same schedule as
+// coverse-perf's pingpong, and the same JSON line per size. Header-only: each tool is one file.
+#pragma once
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "perf_args.h"
+
+namespace floor_bench {
+
+constexpr long header_bytes = 16;  // CmiMsgHeaderSizeBytes
+constexpr int max_sizes = 64;
+
+struct options {
+    std::vector<long> sizes;
+    long iters = 0, warmup = -1;  // 0 and -1: coverse-perf's schedule
+    int cpus[2] = {0, 1};
+    bool quick = false;
+    bool extra = false;  // the tool's own switch, when it has one (ring_bench's --bare)
+};
+
+/// 0: fine, 1: --help, 2: bad argument (the message in `err`). `extra_switch` (may be null)
+/// is the one flag of the tool's own; it sets options::extra.
+inline int parse_options(int argc, char** argv, const char* extra_switch, options& o,
+                         std::string& err) {
+    char buf[256] = "";
+    for (int i = 1; i < argc; ++i) {
+        static const char* const with_value[] = {"--sizes", "--iters", "--warmup", "--cpus",
+                                                 nullptr};
+        char name[32];
+        const char *a = nullptr, *v = nullptr;
+        if (perf_next_flag(argc, argv, &i, with_value, name, &a, &v, buf, sizeof buf)) {
+            err = buf;
+            return 2;
+        }
+        const std::string flag = a;
+        if (flag == "--help" || flag == "-h") return 1;
+        if (flag == "--json") continue;
+        if (flag == "--quick") {
+            o.quick = true;
+        } else if (extra_switch && flag == extra_switch) {
+            o.extra = true;
+        } else if (flag == "--sizes") {
+            o.sizes.clear();
+            std::string list = v;
+            for (std::size_t at = 0; at <= list.size();) {
+                const std::size_t end = std::min(list.find(',', at), list.size());
+                const std::string t = list.substr(at, end - at);
+                long n = 0;
+                if (static_cast<int>(o.sizes.size()) == max_sizes ||
+                    !perf_parse_size(t.c_str(), 1L << 30, &n)) {
+                    err = "--sizes: \"" + t + "\" is not a size from 1 B to 1G (or too many sizes)";
+                    return 2;
+                }
+                o.sizes.push_back(n);
+                at = end + 1;
+            }
+        } else if (flag == "--iters" || flag == "--warmup") {
+            const long min = flag == "--warmup" ? 0 : 1;
+            long n = 0;
+            if (!perf_parse_long(v, min, 100000000, &n)) {
+                err = flag + ": \"" + v + "\" is not a count from " + std::to_string(min) +
+                      " to 100000000";
+                return 2;
+            }
+            (flag == "--iters" ? o.iters : o.warmup) = n;
+        } else if (flag == "--cpus") {
+            long c0 = 0, c1 = 0;
+            const char* comma = std::strchr(v, ',');
+            const std::string first = comma ? std::string(v, comma) : std::string();
+            if (!comma || !perf_parse_long(first.c_str(), 0, CPU_SETSIZE - 1, &c0) ||
+                !perf_parse_long(comma + 1, 0, CPU_SETSIZE - 1, &c1)) {
+                err = std::string("--cpus: \"") + v + "\" is not two CPU numbers A,B";
+                return 2;
+            }
+            o.cpus[0] = static_cast<int>(c0);
+            o.cpus[1] = static_cast<int>(c1);
+        } else {
+            err = std::string("unknown argument \"") + argv[i] + "\"";
+            return 2;
+        }
+    }
+    if (o.sizes.empty()) o.sizes = {8, 1024, 64 * 1024};
+    return 0;
+}
+
+/// coverse-perf's pingpong schedule (perf_options.cpp, plan_for): 10000 round trips up to
+/// 4 KiB, fewer above (at least 100); --quick: 50 and 5.
+inline void plan(long bytes, const options& o, long& warmup, long& iters) {
+    const long base = o.quick ? 50 : 10000, floor = o.quick ? 5 : 100;
+    long n = bytes <= 4096 ? base : std::clamp(base * 4096 / bytes, floor, base);
+    if (o.iters > 0) n = o.iters;
+    iters = n;
+    warmup = o.warmup >= 0 ? o.warmup : std::max(n / 10, 1L);
+}
+
+inline double now_us() {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+/// Pins this process to `cpu`; says so and runs unpinned when it cannot.
+inline void pin(const char* tool, int cpu, const char* who) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        std::fprintf(stderr, "%s: could not pin the %s to CPU %d (%s); running unpinned\n", tool,
+                     who, cpu, std::strerror(errno));
+}
+
+}  // namespace floor_bench
