@@ -44,4 +44,5 @@ grep -q 'unknown argument "--window"' "$err" || fail "the refusal does not name 
 . "$(dirname "$0")/floor_bench_lib.sh"
 second_dies ring_bench
 second_dies ring_bench --bare
+first_dies ring_bench
 echo "ring_bench_quick: ok"

@@ -45,7 +45,8 @@ expect_lines() {
 expect_lines --quick --sizes 8,1K -- 8:50 1024:50
 expect_lines --sizes 64K --iters 7 --warmup 0 --json -- 65536:7
 
-"$bench" --help | grep -q '^Usage: tcp_line' || fail "--help prints no usage"
+help=$("$bench" --help) || fail "--help exited with status $?"
+printf '%s\n' "$help" | grep -q '^Usage: tcp_line' || fail "--help prints no usage"
 # refused FLAGS... -- TEXT: status 2 and TEXT (naming the flag) on stderr.
 refused() {
     flags=
@@ -68,4 +69,5 @@ refused --iters -- '--iters needs a value'
 # The second process dies mid-run: the first reads the end of the stream (or a reset).
 . "$(dirname "$0")/floor_bench_lib.sh"
 second_dies tcp_line
+first_dies tcp_line
 echo "tcp_line_quick: ok"

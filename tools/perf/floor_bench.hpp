@@ -26,13 +26,12 @@ struct options {
     long iters = 0, warmup = -1;  // 0 and -1: coverse-perf's schedule
     int cpus[2] = {0, 1};
     bool quick = false;
-    bool extra = false;  // the tool's own switch, when it has one (ring_bench's --bare)
+    bool bare = false;  // ring_bench --bare: no ring (tcp_line has no such flag)
 };
 
-/// 0: fine, 1: --help, 2: bad argument (the message in `err`). `extra_switch` (may be null)
-/// is the one flag of the tool's own; it sets options::extra.
-inline int parse_options(int argc, char** argv, const char* extra_switch, options& o,
-                         std::string& err) {
+/// 0: fine, 1: --help, 2: bad argument (the message in `err`). `--bare` is accepted only
+/// when `takes_bare` (ring_bench); elsewhere it is an unknown argument.
+inline int parse_options(int argc, char** argv, bool takes_bare, options& o, std::string& err) {
     char buf[256] = "";
     for (int i = 1; i < argc; ++i) {
         static const char* const with_value[] = {"--sizes", "--iters", "--warmup", "--cpus",
@@ -48,8 +47,8 @@ inline int parse_options(int argc, char** argv, const char* extra_switch, option
         if (flag == "--json") continue;
         if (flag == "--quick") {
             o.quick = true;
-        } else if (extra_switch && flag == extra_switch) {
-            o.extra = true;
+        } else if (takes_bare && flag == "--bare") {
+            o.bare = true;
         } else if (flag == "--sizes") {
             o.sizes.clear();
             std::string list = v;

@@ -200,7 +200,7 @@ void drive(Side& s, const options& o, const std::vector<long>& sizes) {
         std::printf(
             "{\"test\":\"pingpong\",\"impl\":\"%s\",\"bytes\":%ld,\"lat_us\":%.3f,"
             "\"p50_us\":%.3f,\"iters\":%ld,\"pes\":2}\n",
-            o.extra ? "line" : "ring", payload, mean / 2, median(rtt) / 2, iters);
+            o.bare ? "line" : "ring", payload, mean / 2, median(rtt) / 2, iters);
         std::fflush(stdout);
     }
     s.send(msg.data(), 1);  // the end: a record of one byte, which no ping-pong sends
@@ -285,7 +285,7 @@ int run_bare(const options& o, const std::vector<long>& sizes) {
 int main(int argc, char** argv) {
     options o;
     std::string err;
-    const int rc = floor_bench::parse_options(argc, argv, "--bare", o, err);
+    const int rc = floor_bench::parse_options(argc, argv, true, o, err);
     if (rc == 1) {
         usage(stdout);
         return 0;
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
             sizes.push_back(payload);
     }
 
-    if (o.extra) return run_bare(o, sizes);
+    if (o.bare) return run_bare(o, sizes);
 
     // Both rings and both producer mappings are made before the fork, and the names removed:
     // each process uses its own copy of the objects it needs, and nothing is left in /dev/shm

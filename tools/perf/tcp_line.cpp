@@ -243,7 +243,7 @@ int accept_second(int listener, pid_t child) {
         }
         const pid_t w = ::waitpid(child, nullptr, WNOHANG);
         if (w == child || (w < 0 && errno == ECHILD))
-            fail("the second process stopped before it connected");
+            fail("the other process stopped before it connected");
     }
     fail("the second process did not connect within " + std::to_string(connect_limit_s) + " s");
 }
@@ -277,7 +277,7 @@ int wait_second(pid_t child) {
 int main(int argc, char** argv) {
     options o;
     std::string err;
-    const int rc = floor_bench::parse_options(argc, argv, nullptr, o, err);
+    const int rc = floor_bench::parse_options(argc, argv, false, o, err);
     if (rc == 1) {
         usage(stdout);
         return 0;
@@ -306,6 +306,9 @@ int main(int argc, char** argv) {
     if (::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len) != 0)
         fail_errno("getsockname");
 
+    // The second process's exit status says whether it ended well: with SIGCHLD ignored (a
+    // caller may leave it so) the kernel would reap it unseen, and waitpid fail with ECHILD.
+    ::signal(SIGCHLD, SIG_DFL);
     std::fflush(stdout);
     const pid_t parent = ::getpid();
     const pid_t child = ::fork();
