@@ -1303,6 +1303,68 @@ INSTANTIATE_TEST_SUITE_P(
                     variant{16, provider_kind::verbs, false, true, remote_mode::put}),
     name_of);
 
+// One receiver holding channels of both kinds at once: PE 1, on its host, writes its slots in
+// shared memory; PE 2, on another host, by put (EAGER_REMOTE=put). Both send at the same time
+// (messages for slots, the ring or connection, and rendezvous); every message arrives whole,
+// each sender's in the order it sent them, and each channel carried some.
+TEST(eager_mixed, a_receiver_takes_from_a_shared_memory_channel_and_a_put_channel_at_once) {
+    pair_options opt;
+    opt.cfg.forced = provider_kind::tcp;
+    opt.cfg.eager = true;
+    opt.cfg.eager_threshold = 1;
+    opt.cfg.eager_interval_ns = 3'000'000'000;  // no channel retires during the test
+    opt.cfg.eager_slots = 16;
+    opt.cfg.eager_short_bytes = 16384;
+    opt.cfg.eager_short_minimum = 0;  // 8 B messages take slots too
+    opt.cfg.medium_boundary = 16384;
+    opt.cfg.eager_remote = remote_mode::put;
+    opt.yield_while_spinning = true;  // three PEs on this machine's two cores
+    const auto sizes = mixed_sizes(400);
+    constexpr std::size_t second_seeds = 1'000'000;  // PE 2's numbers, apart from PE 1's
+    const pe_body receiver = [&](node& n, const std::function<void()>&) {
+        std::size_t next[3] = {0, 0, 0};  // by sender: the index of the message due next
+        const std::size_t total = 2 * sizes.size();
+        for (std::size_t got = 0; got < total; ++got) {
+            if (!n.wait_messages(1, 60s)) {
+                std::fprintf(stderr,
+                             "PE 0: %zu of %zu messages came (%zu from PE 1, %zu from PE 2)\n", got,
+                             total, next[1], next[2]);
+                return 20;
+            }
+            const arrived a = n.inbox.front();
+            n.inbox.pop_front();
+            const std::size_t k = a.from == 1 || a.from == 2 ? next[a.from]++ : sizes.size();
+            const bool good = k < sizes.size() && a.size == sizes[k] &&
+                              check(a.msg, a.size, (a.from == 2 ? second_seeds : 0) + k);
+            alloc::msg_free(a.msg);
+            if (!good) {
+                std::fprintf(stderr,
+                             "PE 0: the message due as number %zu from PE %u came as %u bytes, "
+                             "or out of order, or wrong\n",
+                             k, a.from, a.size);
+                return 21;
+            }
+        }
+        if (!n.lost.empty()) return 22;
+        // Both channels open at the end, one written by put (PE 2's) and one in shared memory
+        // (PE 1's: the receives that were not by put).
+        const auto st = n.rdma->eager_stats();
+        if (st.polled == 2 && st.put_receives > 0 && st.receives > st.put_receives) return 0;
+        std::fprintf(stderr, "PE 0: %zu channels open, %llu eager receives, %llu of them by put\n",
+                     st.polled, static_cast<unsigned long long>(st.receives),
+                     static_cast<unsigned long long>(st.put_receives));
+        return 23;
+    };
+    const pe_body same_host = [&](node& n, const std::function<void()>&) {
+        return send_paced(n, 0, sizes);
+    };
+    const pe_body other_host = [&](node& n, const std::function<void()>&) {
+        return send_numbered(n, 0, sizes, 4, second_seeds);
+    };
+    const auto r = run_job(opt, {1, 1, 2}, {receiver, same_host, other_host});
+    EXPECT_EQ(r.codes, (std::vector<int>{0, 0, 0}));
+}
+
 // A peer on another host gets a channel over the connection: slots in the receiver's memory,
 // credits coming back in credit frames (and on any other frame it sends, see the tcp
 // variants of the mixed test, where the receiver's rendezvous requests carry them).

@@ -1,7 +1,8 @@
-// Two PEs of a real job in two forked processes: each has its own scheduler, io_uring
-// backend, mesh over loopback and rdma::layer, and runs a test body; the gtest process only
-// starts them, opens gates between them, and checks how each ended. A body returns 0 for
-// success or a small number naming the check that failed (printed on stderr).
+// PEs of a real job in forked processes (two: run_pair; more: run_job): each has its own
+// scheduler, io_uring backend, mesh over loopback and rdma::layer, and runs a test body; the
+// gtest process only starts them, passes their ports round, opens gates between them, and
+// checks how each ended. A body returns 0 for success or a small number naming the check that
+// failed (printed on stderr).
 #pragma once
 
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <coverse/alloc/config.hpp>
@@ -128,7 +130,8 @@ struct pair_options {
         return c;
     }();
     bool same_host = true;
-    /// PE 1's body may call gate() to wait until PE 0 has ended (the parent reaped it).
+    /// The bodies of PE 1 and up may call gate() to wait until PE 0 has ended (the parent
+    /// reaped it).
     bool gate_pe1_on_pe0_exit = false;
     /// The schedulers' option for more PEs than cores.
     bool yield_while_spinning = false;
@@ -152,8 +155,12 @@ using pe_body = std::function<int(node&, const std::function<void()>& gate)>;
 
 namespace detail {
 
-inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key, int port_in,
-                  int port_out, int gate_fd, const pe_body& body) {
+// PE `rank` of hosts.size(): says its listening port on `port_out`, reads every PE's on
+// `port_in` (in rank order), then joins the mesh; `hosts[i]` is PE i's host.
+inline int run_pe(std::uint32_t rank, const std::vector<std::uint32_t>& hosts,
+                  const pair_options& opt, std::uint64_t key, int port_in, int port_out,
+                  int gate_fd, const pe_body& body) {
+    const auto num_pes = static_cast<std::uint32_t>(hosts.size());
     alloc::set_config(alloc::alloc_config::from_environment());  // MEMORY_POOL of the variant
     scheduler_options so;
     so.spin = std::chrono::microseconds(50);
@@ -169,28 +176,31 @@ inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key
     }
     auto l = n.backend->listen(net::endpoint{"127.0.0.1", 0});
     if (l.error) return 91;
-    std::uint16_t port0 = 0;
-    if (rank == 0) {
-        port0 = l.value->local().port;
-        if (::write(port_out, &port0, sizeof port0) != sizeof port0) return 92;
-    } else if (::read(port_in, &port0, sizeof port0) != sizeof port0) {
-        return 93;
+    const std::uint16_t mine = l.value->local().port;
+    if (::write(port_out, &mine, sizeof mine) != sizeof mine) return 92;
+    std::vector<std::uint16_t> ports(num_pes);
+    const auto want = static_cast<ssize_t>(ports.size() * sizeof ports[0]);
+    for (ssize_t got = 0; got < want;) {
+        const ssize_t r = ::read(port_in, reinterpret_cast<char*>(ports.data()) + got,
+                                 static_cast<std::size_t>(want - got));
+        if (r <= 0) return 93;
+        got += r;
     }
     layer_config cfg = opt.cfg;
     cfg.rank = rank;
-    cfg.num_pes = 2;
+    cfg.num_pes = num_pes;
     cfg.job_key = key;
     n.rdma = std::make_unique<layer>(n.sched, cfg, n);
     n.rdma->prepare();
     net::mesh_config mc;
     mc.rank = rank;
-    mc.num_pes = 2;
+    mc.num_pes = num_pes;
     mc.job_key = key;
     mc.connect_timeout = 30s;
     mc.payload_alloc.allocate = static_cast<void* (*)(std::size_t) noexcept>(&alloc::msg_alloc);
     mc.payload_alloc.release = &alloc::msg_free;
-    mc.peers = {net::endpoint{"127.0.0.1", port0}, net::endpoint{"127.0.0.1", 1}};
-    if (rank == 1) mc.peers[1] = l.value->local();
+    for (const std::uint16_t p : ports)
+        mc.peers.push_back(net::endpoint{"127.0.0.1", p});
     n.mesh = std::make_unique<net::mesh>(*n.backend, std::move(l.value), mc);
     n.rdma->attach(*n.mesh);
     n.mesh->on_peer_failure([&n](std::uint32_t pe, const std::string& text) {
@@ -204,7 +214,9 @@ inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key
         std::fprintf(stderr, "PE %u: establish: %s\n", rank, e.what());
         return 94;
     }
-    std::vector<peer_info> peers{{1}, {opt.same_host ? 1u : 2u}};
+    std::vector<peer_info> peers;
+    for (const std::uint32_t h : hosts)
+        peers.push_back(peer_info{h});
     n.rdma->connect(peers);
     const auto gate = [gate_fd] {
         char c;
@@ -232,47 +244,103 @@ inline int run_pe(std::uint32_t rank, const pair_options& opt, std::uint64_t key
 
 }  // namespace detail
 
-/// Runs the job; each PE's exit code comes back (0: its body passed).
-inline pair_result run_pair(const pair_options& opt, const pe_body& pe0, const pe_body& pe1) {
-    int port_pipe[2];
+/// Runs a job of bodies.size() PEs, PE i on host hosts[i] (PEs of one host share memory);
+/// each PE's exit code comes back (0: its body passed; 128 + signal; -1: it never ran).
+/// With gate_pe1_on_pe0_exit, every PE but 0 may call gate() to wait until PE 0 has ended.
+struct job_result {
+    std::vector<int> codes;
+    std::uint64_t job_key = 0;  // the job's key (its names in /dev/shm begin with it)
+};
+
+inline job_result run_job(const pair_options& opt, const std::vector<std::uint32_t>& hosts,
+                          const std::vector<pe_body>& bodies) {
+    const std::size_t n = bodies.size();
+    job_result out;
+    out.codes.assign(n, -1);
+    if (hosts.size() != n) return out;
+    // Per PE: a pipe up (its port to us) and a pipe down (every port to it).
+    std::vector<int> up(2 * n, -1), down(2 * n, -1);
     int gate_pipe[2];
-    if (::pipe(port_pipe) != 0 || ::pipe(gate_pipe) != 0) return {};
-    const std::uint64_t key =
+    const auto close_all = [&] {
+        for (int& fd : up)
+            if (fd >= 0) ::close(std::exchange(fd, -1));
+        for (int& fd : down)
+            if (fd >= 0) ::close(std::exchange(fd, -1));
+    };
+    for (std::size_t i = 0; i < n; ++i)
+        if (::pipe(&up[2 * i]) != 0 || ::pipe(&down[2 * i]) != 0) {
+            close_all();
+            return out;
+        }
+    if (::pipe(gate_pipe) != 0) {
+        close_all();
+        return out;
+    }
+    out.job_key =
         (static_cast<std::uint64_t>(::getpid()) << 20) ^
         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    pair_result out;
-    out.job_key = key;
     std::fflush(nullptr);
-    const pid_t a = ::fork();
-    if (a == 0) {
-        ::close(port_pipe[0]);
-        std::exit(detail::run_pe(0, opt, key, -1, port_pipe[1], -1, pe0));
+    std::vector<pid_t> pids(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+        pids[i] = ::fork();
+        if (pids[i] == 0) {
+            // Only its own ends stay open, so that a PE which dies early ends the pipes the
+            // others read (they fail instead of waiting for ever).
+            const int in = down[2 * i], out_fd = up[2 * i + 1];
+            for (const int fd : up)
+                if (fd != out_fd) ::close(fd);
+            for (const int fd : down)
+                if (fd != in) ::close(fd);
+            ::close(gate_pipe[1]);
+            const int gate = i == 0 ? -1 : gate_pipe[0];
+            std::exit(detail::run_pe(static_cast<std::uint32_t>(i), hosts, opt, out.job_key, in,
+                                     out_fd, gate, bodies[i]));
+        }
     }
-    const pid_t b = ::fork();
-    if (b == 0) {
-        ::close(port_pipe[1]);
-        ::close(gate_pipe[1]);
-        std::exit(detail::run_pe(1, opt, key, port_pipe[0], -1, gate_pipe[0], pe1));
-    }
-    ::close(port_pipe[0]);
-    ::close(port_pipe[1]);
     ::close(gate_pipe[0]);
+    // Every port, in rank order, to every PE. A PE that died before it said its port ends
+    // its pipe: the others then read too few and fail (code 93) instead of waiting.
+    std::vector<std::uint16_t> ports(n, 0);
+    bool all = true;
+    for (std::size_t i = 0; i < n; ++i) {
+        ::close(std::exchange(up[2 * i + 1], -1));
+        all = all && ::read(up[2 * i], &ports[i], sizeof ports[i]) == sizeof ports[i];
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        if (all) {
+            [[maybe_unused]] auto w =
+                ::write(down[2 * i + 1], ports.data(), ports.size() * sizeof ports[0]);
+        }
+    }
+    close_all();
     int status = 0;
     if (opt.gate_pe1_on_pe0_exit) {
-        ::waitpid(a, &status, 0);
-        out.pe0 = status_code(status);
-        [[maybe_unused]] auto w = ::write(gate_pipe[1], "g", 1);
+        ::waitpid(pids[0], &status, 0);
+        out.codes[0] = status_code(status);
+        [[maybe_unused]] auto w = ::write(gate_pipe[1], std::string(n, 'g').data(), n);
         ::close(gate_pipe[1]);
     } else {
         ::close(gate_pipe[1]);
-        ::waitpid(a, &status, 0);
-        out.pe0 = status_code(status);
+        ::waitpid(pids[0], &status, 0);
+        out.codes[0] = status_code(status);
     }
-    ::waitpid(b, &status, 0);
-    out.pe1 = status_code(status);
+    for (std::size_t i = 1; i < n; ++i) {
+        ::waitpid(pids[i], &status, 0);
+        out.codes[i] = status_code(status);
+    }
     // A PE that failed mid-protocol (a channel made and never mapped by its peer) left names
     // behind; the job is over, so they go, as coverse-run removes them (net::run_job).
-    coverse::net::remove_shm_entries(coverse::net::shm_name_prefix(key));
+    coverse::net::remove_shm_entries(coverse::net::shm_name_prefix(out.job_key));
+    return out;
+}
+
+/// Runs two PEs, on one host or (same_host false) two.
+inline pair_result run_pair(const pair_options& opt, const pe_body& pe0, const pe_body& pe1) {
+    const job_result j = run_job(opt, {1, opt.same_host ? 1u : 2u}, {pe0, pe1});
+    pair_result out;
+    out.pe0 = j.codes[0];
+    out.pe1 = j.codes[1];
+    out.job_key = j.job_key;
     return out;
 }
 
