@@ -244,14 +244,15 @@ inline int run_pe(std::uint32_t rank, const std::vector<std::uint32_t>& hosts,
 
 }  // namespace detail
 
-/// Runs a job of bodies.size() PEs, PE i on host hosts[i] (PEs of one host share memory);
-/// each PE's exit code comes back (0: its body passed; 128 + signal; -1: it never ran).
-/// With gate_pe1_on_pe0_exit, every PE but 0 may call gate() to wait until PE 0 has ended.
+/// How each PE of run_job ended, by rank: its exit code, 128 + signal, or -1 (never ran).
 struct job_result {
     std::vector<int> codes;
     std::uint64_t job_key = 0;  // the job's key (its names in /dev/shm begin with it)
 };
 
+/// Runs a job of bodies.size() PEs, PE i on host hosts[i] (PEs of one host share memory);
+/// each PE's exit code comes back (0: its body passed). With gate_pe1_on_pe0_exit, every PE
+/// but 0 may call gate() to wait until PE 0 has ended.
 inline job_result run_job(const pair_options& opt, const std::vector<std::uint32_t>& hosts,
                           const std::vector<pe_body>& bodies) {
     const std::size_t n = bodies.size();
@@ -314,17 +315,21 @@ inline job_result run_job(const pair_options& opt, const std::vector<std::uint32
     }
     close_all();
     int status = 0;
-    if (opt.gate_pe1_on_pe0_exit) {
+    const auto reap_first = [&] {
+        if (pids[0] < 0) return;  // fork failed: code -1
         ::waitpid(pids[0], &status, 0);
         out.codes[0] = status_code(status);
+    };
+    if (opt.gate_pe1_on_pe0_exit) {
+        reap_first();
         [[maybe_unused]] auto w = ::write(gate_pipe[1], std::string(n, 'g').data(), n);
         ::close(gate_pipe[1]);
     } else {
         ::close(gate_pipe[1]);
-        ::waitpid(pids[0], &status, 0);
-        out.codes[0] = status_code(status);
+        reap_first();
     }
     for (std::size_t i = 1; i < n; ++i) {
+        if (pids[i] < 0) continue;  // fork failed: code -1
         ::waitpid(pids[i], &status, 0);
         out.codes[i] = status_code(status);
     }
