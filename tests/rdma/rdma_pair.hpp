@@ -6,6 +6,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,7 +132,7 @@ struct pair_options {
     }();
     bool same_host = true;
     /// The bodies of PE 1 and up may call gate() to wait until PE 0 has ended (the parent
-    /// reaped it).
+    /// reaped it). Without it, gate() returns at once.
     bool gate_pe1_on_pe0_exit = false;
     /// The schedulers' option for more PEs than cores.
     bool yield_while_spinning = false;
@@ -258,7 +259,10 @@ inline job_result run_job(const pair_options& opt, const std::vector<std::uint32
     const std::size_t n = bodies.size();
     job_result out;
     out.codes.assign(n, -1);
-    if (hosts.size() != n) return out;
+    if (n == 0 || hosts.size() != n) {
+        std::fprintf(stderr, "run_job: %zu bodies and %zu hosts; nothing run\n", n, hosts.size());
+        return out;
+    }
     // Per PE: a pipe up (its port to us) and a pipe down (every port to it).
     std::vector<int> up(2 * n, -1), down(2 * n, -1);
     int gate_pipe[2];
@@ -285,6 +289,7 @@ inline job_result run_job(const pair_options& opt, const std::vector<std::uint32
     for (std::size_t i = 0; i < n; ++i) {
         pids[i] = ::fork();
         if (pids[i] == 0) {
+            ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test process killed takes its PEs along
             // Only its own ends stay open, so that a PE which dies early ends the pipes the
             // others read (they fail instead of waiting for ever).
             const int in = down[2 * i], out_fd = up[2 * i + 1];
@@ -301,11 +306,13 @@ inline job_result run_job(const pair_options& opt, const std::vector<std::uint32
     ::close(gate_pipe[0]);
     // Every port, in rank order, to every PE. A PE that died before it said its port ends
     // its pipe: the others then read too few and fail (code 93) instead of waiting.
+    // Every pipe is read (none closed early), so no PE writes its port into a closed pipe.
     std::vector<std::uint16_t> ports(n, 0);
     bool all = true;
     for (std::size_t i = 0; i < n; ++i) {
         ::close(std::exchange(up[2 * i + 1], -1));
-        all = all && ::read(up[2 * i], &ports[i], sizeof ports[i]) == sizeof ports[i];
+        const bool said = ::read(up[2 * i], &ports[i], sizeof ports[i]) == sizeof ports[i];
+        all = all && said;
     }
     for (std::size_t i = 0; i < n; ++i) {
         if (all) {
