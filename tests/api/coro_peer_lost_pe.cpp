@@ -15,6 +15,9 @@
 //               survivors transfer to and from the victim's exposed region until it dies
 //   collective  survivors allreduce; the victim never joins
 //   barrier     the same with barrier()
+//   burst       the victim sends each survivor 1000 numbered messages and dies at once, its
+//               last ones maybe still on their way: what arrives is a prefix of them, in
+//               order, none twice; then a wait or a send ends with peer_lost
 //   exit        survivors end their entry at once and wait in ConverseExit's exit vote
 //               (CONNECT=lazy), which the victim never joins: they must exit 0 without it
 // The victim (the last PE) dies by raise(SIGKILL) once the survivors are waiting, or, with
@@ -233,6 +236,43 @@ coverse::task<void> barrier(coverse::machine& m, setup s) {
     caught(m, *e, "barrier");
 }
 
+// The victim dies in the middle of sending (no pause before its SIGKILL).
+coverse::task<void> burst(coverse::machine& m, setup s) {
+    constexpr int count = 1000;
+    if (s.is_victim) {
+        for (int i = 0; i < count; ++i) {
+            for (std::uint32_t p = 0; p < s.victim; ++p)
+                co_await m.send_value(p, s.notes->handler(), i);
+            // Now and then the loop's turn: queued sends (a connection's, one being made)
+            // leave, so some of the burst is on its way when the victim dies.
+            if (i % 100 == 99) co_await coverse::yield();
+        }
+        ::raise(SIGKILL);
+    }
+    int next = 0;
+    try {
+        // A receive waiting when the loss became known ends with peer_lost; one that began
+        // after it waits for the survivors' messages, and ends here by its timeout.
+        while (const auto v = co_await s.notes->next(500ms)) {
+            const int got = v->as<int>();
+            EXPECT(got == next, "message %d of the burst came as %d", next, got);
+            ++next;
+        }
+        // The loss is known by now (its connection ended with it); a send to it says so.
+        for (int tries = 0;; ++tries) {
+            EXPECT(tries < 1000, "the victim's loss was not known 10 s after its burst");
+            auto r = co_await coverse::catch_lost(m.send_value(s.victim, s.notes->handler(), 0));
+            if (auto* e = std::get_if<coverse::peer_lost>(&r)) throw *e;
+            co_await coverse::sleep_for(10ms);
+        }
+    } catch (const coverse::peer_lost& e) {
+        caught(m, e, "burst");
+    }
+    std::printf("PE %u took %d of the victim's %d messages, in order, before the loss\n", m.pe(),
+                next, count);
+    std::fflush(stdout);
+}
+
 coverse::task<void> entry(coverse::machine& m) {
     setup s;
     s.data = &m.register_stream(2);
@@ -260,6 +300,8 @@ coverse::task<void> entry(coverse::machine& m) {
         co_await collective(m, s);
     else if (scenario == "barrier")
         co_await barrier(m, s);
+    else if (scenario == "burst")
+        co_await burst(m, s);
     else if (scenario == "exit") {
         if (s.is_victim) co_await die(m);
         std::printf("PE %u finished %s\n", m.pe(), scenario.c_str());
