@@ -63,23 +63,18 @@ void usage(FILE* f) {
         "each, one-way µs (p50_us, lat_us) as coverse-perf's pingpong.\n"
         "  --sizes LIST   payload bytes, e.g. 8,1K,64K (the default); each message is the\n"
         "                 16-byte Converse header and the payload, at most 256 KiB in all\n"
-        "                 (larger sizes are skipped with a note)\n"
-        "  --iters N      measured round trips per size (default: coverse-perf's schedule,\n"
-        "                 10000 up to 4 KiB, then fewer)\n"
-        "  --warmup N     unmeasured round trips first (default: a tenth, at least 1)\n"
-        "  --cpus A,B     pin the first process to CPU A and the second to B (0,1)\n"
-        "  --quick        few round trips (a smoke test, the numbers are rough)\n"
+        "                 (larger sizes are skipped with a note)\n",
+        f);
+    std::fputs(floor_bench::schedule_help, f);
+    std::fputs(
         "  --bare         no ring: the message through one fixed place each way, its number\n"
-        "                 stored last (\"impl\":\"line\"): the floor any layer stands on\n"
-        "  --json         accepted for symmetry with coverse-perf (output is always JSON)\n"
-        "  -h, --help     this text\n"
+        "                 stored last (\"impl\":\"line\"): the floor any layer stands on\n",
+        f);
+    std::fputs(floor_bench::closing_help, f);
+    std::fputs(
         "Exit status: 0, 1 when the rings cannot be made or the other process stops, 2 for\n"
         "a bad argument.\n",
         f);
-}
-
-void pin(int cpu, const char* who) {
-    floor_bench::pin("ring_bench", cpu, who);
 }
 
 [[noreturn]] void fail(const char* why) {
@@ -168,12 +163,6 @@ private:
     std::uint64_t _sent = 0, _received = 0;
 };
 
-double median(std::vector<double>& v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // The first process: a ping-pong per size, printed as it ends. The second answers (echo()).
 template <class Side>
 void drive(Side& s, const options& o, const std::vector<long>& sizes) {
@@ -193,15 +182,7 @@ void drive(Side& s, const options& o, const std::vector<long>& sizes) {
             }
             if (k >= 0) rtt.push_back(now_us() - t0);
         }
-        double sum = 0;
-        for (const double t : rtt)
-            sum += t;
-        const double mean = sum / static_cast<double>(rtt.size());
-        std::printf(
-            "{\"test\":\"pingpong\",\"impl\":\"%s\",\"bytes\":%ld,\"lat_us\":%.3f,"
-            "\"p50_us\":%.3f,\"iters\":%ld,\"pes\":2}\n",
-            o.bare ? "line" : "ring", payload, mean / 2, median(rtt) / 2, iters);
-        std::fflush(stdout);
+        floor_bench::print_pingpong(o.bare ? "line" : "ring", payload, rtt, iters);
     }
     s.send(msg.data(), 1);  // the end: a record of one byte, which no ping-pong sends
 }
@@ -221,23 +202,12 @@ void echo(Side& s, const options& o, const std::vector<long>& sizes) {
     (void)s.receive(buf.data());  // drive()'s end
 }
 
-// Waits for the second process; 0 when it ended well.
-int wait_second(pid_t child) {
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "ring_bench: the second process failed\n");
-        return 1;
-    }
-    return 0;
-}
-
 // Starts the second process and plays the exchange: `make(first, peer)` makes the side of
 // the first process (first == true) or of the second, `peer` what that side's give_up_if_gone
 // watches. Both pin themselves first.
 template <class Make>
 int play(const options& o, const std::vector<long>& sizes, Make make) {
+    floor_bench::keep_exit_status();
     std::fflush(stdout);
     const pid_t parent = ::getpid();
     const pid_t child = ::fork();
@@ -247,15 +217,15 @@ int play(const options& o, const std::vector<long>& sizes, Make make) {
     }
     if (child == 0) {
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and give_up_if_gone, if the parent died already
-        pin(o.cpus[1], "second process");
+        floor_bench::pin("ring_bench", o.cpus[1], "second process");
         auto s = make(false, -parent);
         echo(s, o, sizes);
         std::_Exit(0);
     }
-    pin(o.cpus[0], "first process");
+    floor_bench::pin("ring_bench", o.cpus[0], "first process");
     auto s = make(true, child);
     drive(s, o, sizes);
-    return wait_second(child);
+    return floor_bench::wait_second("ring_bench", child);
 }
 
 // --bare: the same ping-pong through two fixed places in memory both processes map.
@@ -284,17 +254,8 @@ int run_bare(const options& o, const std::vector<long>& sizes) {
 
 int main(int argc, char** argv) {
     options o;
-    std::string err;
-    const int rc = floor_bench::parse_options(argc, argv, true, o, err);
-    if (rc == 1) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc != 0) {
-        std::fprintf(stderr, "ring_bench: %s\n", err.c_str());
-        usage(stderr);
-        return 2;
-    }
+    if (const int rc = floor_bench::command_line("ring_bench", argc, argv, true, usage, o); rc >= 0)
+        return rc;
     std::vector<long> sizes;
     for (const long payload : o.sizes) {
         if (header_bytes + payload > static_cast<long>(ring_bytes / 4))

@@ -54,21 +54,14 @@ void usage(FILE* f) {
         "any layer's TCP latency (\"impl\":\"tcpline\"). A ping-pong per size; one JSON line\n"
         "each, one-way µs (p50_us, lat_us) as coverse-perf's pingpong.\n"
         "  --sizes LIST   payload bytes, e.g. 8,1K,64K (the default); each message is the\n"
-        "                 16-byte Converse header and the payload\n"
-        "  --iters N      measured round trips per size (default: coverse-perf's schedule,\n"
-        "                 10000 up to 4 KiB, then fewer)\n"
-        "  --warmup N     unmeasured round trips first (default: a tenth, at least 1)\n"
-        "  --cpus A,B     pin the first process to CPU A and the second to B (0,1)\n"
-        "  --quick        few round trips (a smoke test, the numbers are rough)\n"
-        "  --json         accepted for symmetry with coverse-perf (output is always JSON)\n"
-        "  -h, --help     this text\n"
+        "                 16-byte Converse header and the payload\n",
+        f);
+    std::fputs(floor_bench::schedule_help, f);
+    std::fputs(floor_bench::closing_help, f);
+    std::fputs(
         "Exit status: 0, 1 when the connection cannot be made or the other process stops,\n"
         "2 for a bad argument.\n",
         f);
-}
-
-void pin(int cpu, const char* who) {
-    floor_bench::pin("tcp_line", cpu, who);
 }
 
 [[noreturn]] void fail(const std::string& why) {
@@ -148,12 +141,6 @@ private:
     int _fd;
 };
 
-double median(std::vector<double>& v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // The header's first 12 bytes: the message's number and its size, checked on the answer, so
 // a stream out of step fails instead of timing something else.
 void stamp(std::byte* msg, std::uint64_t number, std::uint32_t size) {
@@ -181,15 +168,7 @@ void drive(stream_side& s, const options& o, std::size_t largest) {
                 fail("the answer is not the message sent (the stream is out of step)");
             if (k >= 0) rtt.push_back(t1 - t0);
         }
-        double sum = 0;
-        for (const double t : rtt)
-            sum += t;
-        const double mean = sum / static_cast<double>(rtt.size());
-        std::printf(
-            "{\"test\":\"pingpong\",\"impl\":\"tcpline\",\"bytes\":%ld,\"lat_us\":%.3f,"
-            "\"p50_us\":%.3f,\"iters\":%ld,\"pes\":2}\n",
-            payload, mean / 2, median(rtt) / 2, iters);
-        std::fflush(stdout);
+        floor_bench::print_pingpong("tcpline", payload, rtt, iters);
     }
 }
 
@@ -214,7 +193,7 @@ void echo(stream_side& s, const options& o, std::size_t largest) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) fail("the first process stopped before the second started");
     ::close(listener);
-    pin(o.cpus[1], "second process");
+    floor_bench::pin("tcp_line", o.cpus[1], "second process");
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) fail_errno("socket");
     tune(fd);
@@ -248,45 +227,12 @@ int accept_second(int listener, pid_t child) {
     fail("the second process did not connect within " + std::to_string(connect_limit_s) + " s");
 }
 
-// Waits, at most exit_limit_s, for the second process; 0 when it ended well.
-int wait_second(pid_t child) {
-    int status = 0;
-    for (int slice = 0; slice < exit_limit_s * 1000; ++slice) {
-        const pid_t w = ::waitpid(child, &status, WNOHANG);
-        if (w == child) {
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
-            std::fprintf(stderr, "tcp_line: the second process failed\n");
-            return 1;
-        }
-        if (w < 0 && errno != EINTR) {
-            std::fprintf(stderr, "tcp_line: waitpid: %s\n", std::strerror(errno));
-            return 1;
-        }
-        ::usleep(1000);
-    }
-    ::kill(child, SIGKILL);
-    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    std::fprintf(stderr, "tcp_line: the second process did not exit within %d s; killed it\n",
-                 exit_limit_s);
-    return 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
     options o;
-    std::string err;
-    const int rc = floor_bench::parse_options(argc, argv, false, o, err);
-    if (rc == 1) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc != 0) {
-        std::fprintf(stderr, "tcp_line: %s\n", err.c_str());
-        usage(stderr);
-        return 2;
-    }
+    if (const int rc = floor_bench::command_line("tcp_line", argc, argv, false, usage, o); rc >= 0)
+        return rc;
     const auto largest =
         static_cast<std::size_t>(header_bytes + *std::max_element(o.sizes.begin(), o.sizes.end()));
 
@@ -306,21 +252,19 @@ int main(int argc, char** argv) {
     if (::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len) != 0)
         fail_errno("getsockname");
 
-    // The second process's exit status says whether it ended well: with SIGCHLD ignored (a
-    // caller may leave it so) the kernel would reap it unseen, and waitpid fail with ECHILD.
-    ::signal(SIGCHLD, SIG_DFL);
+    floor_bench::keep_exit_status();
     std::fflush(stdout);
     const pid_t parent = ::getpid();
     const pid_t child = ::fork();
     if (child < 0) fail_errno("fork");
     if (child == 0) second(o, parent, listener, at.sin_port, largest);
 
-    pin(o.cpus[0], "first process");
+    floor_bench::pin("tcp_line", o.cpus[0], "first process");
     const int fd = accept_second(listener, child);
     ::close(listener);
     tune(fd);
     stream_side s(fd);
     drive(s, o, largest);
     ::close(fd);
-    return wait_second(child);
+    return floor_bench::wait_second("tcp_line", child, exit_limit_s);
 }
