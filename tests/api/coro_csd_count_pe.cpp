@@ -13,14 +13,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "pe_expect.hpp"
+
 namespace {
 
-#define EXPECT(cond, fmt, ...)                                 \
-    do {                                                       \
-        if (!(cond))                                           \
-            CmiAbort("coro_csd_count: PE %d: " #cond ": " fmt, \
-                     CmiMyPe() __VA_OPT__(, ) __VA_ARGS__);    \
-    } while (0)
+constexpr const char* expect_program = "coro_csd_count";
 
 constexpr std::int32_t total = 3000;
 coverse::message_stream* numbers = nullptr;

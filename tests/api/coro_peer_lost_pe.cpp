@@ -40,14 +40,11 @@
 
 using namespace std::chrono_literals;
 
+#include "pe_expect.hpp"
+
 namespace {
 
-#define EXPECT(cond, fmt, ...)                                 \
-    do {                                                       \
-        if (!(cond))                                           \
-            CmiAbort("coro_peer_lost: PE %d: " #cond ": " fmt, \
-                     CmiMyPe() __VA_OPT__(, ) __VA_ARGS__);    \
-    } while (0)
+constexpr const char* expect_program = "coro_peer_lost";
 
 std::string scenario;
 

@@ -1,5 +1,13 @@
-# Sourced by the floor benchmarks' tests (ring_bench_quick.sh, tcp_line_quick.sh). Expects
-# $bench (the tool), $err (a file for its stderr), fail() and $first (the EXIT trap kills it).
+# Sourced by the floor benchmarks' tests (ring_bench_quick.sh, tcp_line_quick.sh) at their
+# top, after setting $bench (the tool) and $test_name. Gives fail(), $err (a file for the
+# tool's stderr) and $first (a process the EXIT trap kills, if set).
+fail() {
+    echo "$test_name: $*" >&2
+    exit 1
+}
+err=$(mktemp)
+first=
+trap '[ -n "$first" ] && kill -KILL "$first" 2>/dev/null; rm -f "$err"' EXIT
 
 # child_of PID: the pid of PID's child once it has one (up to 5 s), from /proc (procps need
 # not be installed): field 4 of stat is the parent's pid (the name in field 2 has no spaces

@@ -7,13 +7,8 @@
 # Usage: ring_bench_quick.sh PATH-TO-RING_BENCH
 set -u
 bench=$1
-fail() {
-    echo "ring_bench_quick: $*" >&2
-    exit 1
-}
-err=$(mktemp)
-first=
-trap '[ -n "$first" ] && kill -KILL "$first" 2>/dev/null; rm -f "$err"' EXIT
+test_name=ring_bench_quick
+. "$(dirname "$0")/floor_bench_lib.sh"
 
 # Runs ring_bench --quick with the flags given, then expects a ping-pong line of IMPL (first
 # argument) for 8 B and 1 KiB, each with a p50; the output is left in $out.
@@ -41,7 +36,6 @@ grep -q 'unknown argument "--window"' "$err" || fail "the refusal does not name 
 "$bench" --sizes 0 >/dev/null 2>"$err"
 [ $? = 2 ] || fail "--sizes 0 was not refused"
 
-. "$(dirname "$0")/floor_bench_lib.sh"
 second_dies ring_bench
 second_dies ring_bench --bare
 first_dies ring_bench

@@ -7,13 +7,8 @@
 # Usage: tcp_line_quick.sh PATH-TO-TCP_LINE
 set -u
 bench=$1
-fail() {
-    echo "tcp_line_quick: $*" >&2
-    exit 1
-}
-err=$(mktemp)
-first=
-trap '[ -n "$first" ] && kill -KILL "$first" 2>/dev/null; rm -f "$err"' EXIT
+test_name=tcp_line_quick
+. "$(dirname "$0")/floor_bench_lib.sh"
 
 # line BYTES ITERS: the whole line tcp_line prints for that size, timings as any number.
 line() {
@@ -67,7 +62,6 @@ refused --cpus 1 -- '--cpus: "1" is not two CPU numbers'
 refused --iters -- '--iters needs a value'
 
 # The second process dies mid-run: the first reads the end of the stream (or a reset).
-. "$(dirname "$0")/floor_bench_lib.sh"
 second_dies tcp_line
 first_dies tcp_line
 echo "tcp_line_quick: ok"
