@@ -214,6 +214,28 @@ std::string name_of(const testing::TestParamInfo<variant>& i) {
            (i.param.shm ? "" : "_no_shm") + (i.param.put() ? "_put" : "");
 }
 
+// The job of a variant: channels opened by the first message and kept open.
+pair_options eager_options(const variant& v) {
+    pair_options o;
+    o.cfg.forced = v.provider;
+    o.same_host = v.same_host;
+    o.cfg.shm = v.shm;
+    o.cfg.eager_remote = v.remote;
+    o.cfg.eager = true;
+    o.cfg.eager_threshold = 1;
+    // A short channel unused for 10 intervals retires. On a loaded machine the sender may not
+    // reach a channel for longer than the default 100 ms, and the tests below expect the
+    // channel open; retirement is tested on its own (idle_channels_retire...).
+    o.cfg.eager_interval_ns = 3'000'000'000;
+    o.cfg.eager_slots = v.slots;
+    o.cfg.eager_short_bytes = 16384;
+    // Short channels take every size here, as the tests below were written (8 B notes open
+    // them); EAGER_SHORT_MINIMUM's default has its own test (small_messages_stay_on_the_ring...).
+    o.cfg.eager_short_minimum = 0;
+    o.cfg.medium_boundary = 16384;
+    return o;
+}
+
 class eager : public testing::TestWithParam<variant> {
 protected:
     void SetUp() override {
@@ -221,23 +243,7 @@ protected:
             std::string why;
             if (list_verbs_devices(&why).empty()) GTEST_SKIP() << "verbs: " << why;
         }
-        _opt.cfg.forced = GetParam().provider;
-        _opt.same_host = GetParam().same_host;
-        _opt.cfg.shm = GetParam().shm;
-        _opt.cfg.eager_remote = GetParam().remote;
-        _opt.cfg.eager = true;
-        _opt.cfg.eager_threshold = 1;
-        // A short channel unused for 10 intervals retires. On a loaded machine the sender may
-        // not reach a channel for longer than the default 100 ms, and the tests below expect
-        // the channel open; retirement is tested on its own (idle_channels_retire...).
-        _opt.cfg.eager_interval_ns = 3'000'000'000;
-        _opt.cfg.eager_slots = GetParam().slots;
-        _opt.cfg.eager_short_bytes = 16384;
-        // Short channels take every size here, as the tests below were written (8 B notes
-        // open them); EAGER_SHORT_MINIMUM's default has its own test
-        // (small_messages_stay_on_the_ring...).
-        _opt.cfg.eager_short_minimum = 0;
-        _opt.cfg.medium_boundary = 16384;
+        _opt = eager_options(GetParam());
     }
     pair_options _opt;
 };
@@ -1308,16 +1314,8 @@ INSTANTIATE_TEST_SUITE_P(
 // (messages for slots, the ring or connection, and rendezvous); every message arrives whole,
 // each sender's in the order it sent them, and each channel carried some.
 TEST(eager_mixed, a_receiver_takes_from_a_shared_memory_channel_and_a_put_channel_at_once) {
-    pair_options opt;
-    opt.cfg.forced = provider_kind::tcp;
-    opt.cfg.eager = true;
-    opt.cfg.eager_threshold = 1;
-    opt.cfg.eager_interval_ns = 3'000'000'000;  // no channel retires during the test
-    opt.cfg.eager_slots = 16;
-    opt.cfg.eager_short_bytes = 16384;
-    opt.cfg.eager_short_minimum = 0;  // 8 B messages take slots too
-    opt.cfg.medium_boundary = 16384;
-    opt.cfg.eager_remote = remote_mode::put;
+    // The hosts are run_job's (below); the variant gives the rest, put for remote channels.
+    pair_options opt = eager_options(variant{16, provider_kind::tcp, true, true, remote_mode::put});
     opt.yield_while_spinning = true;  // three PEs on this machine's two cores
     const auto sizes = mixed_sizes(400);
     constexpr std::size_t second_seeds = 1'000'000;  // PE 2's numbers, apart from PE 1's
