@@ -115,8 +115,7 @@ message make_message(int handler, std::span<const std::byte> payload) {
 // ---- message_stream ----------------------------------------------------------------------------
 
 message_stream::~message_stream() {
-    for (void* m : _queue)
-        alloc::msg_free(m);
+    _queue.for_each([](void* m) { alloc::msg_free(m); });
 }
 
 void message_stream::push(void* msg) {
@@ -147,8 +146,7 @@ void message_stream::push(void* const* msgs, std::size_t n) {
             push(msgs[i]);
         return;
     }
-    for (std::size_t i = 1; i < n; ++i)  // the queue is empty while a task waits
-        _queue.push_back(msgs[i]);
+    _queue.push_back(msgs + 1, n - 1);  // the queue is empty while a task waits
     push(msgs[0]);
 }
 
@@ -211,6 +209,7 @@ void message_stream::lost(std::uint32_t pe, std::uint32_t index) {
 }
 
 void message_stream::receive_awaiter::enqueue() noexcept {
+    _lost = no_pe;
     _losses = _s._machine->core().lost_count();
     _s._waiters.push_back(this);
 }
@@ -343,7 +342,18 @@ message_stream& machine::register_stream(std::uint32_t capacity) {
     const auto index = static_cast<std::size_t>(s->_handler);
     if (_stream_by_handler.size() <= index) _stream_by_handler.resize(index + 1, nullptr);
     _stream_by_handler[index] = s;
+    _last_credits = {};
     return *s;
+}
+
+semaphore* machine::bounded_credits_lookup(int handler, std::uint32_t pe) {
+    semaphore* c = nullptr;
+    if (message_stream* s = stream_for(handler); s && s->_capacity > 0)
+        c = pe < s->_credits.size() && s->_credits[pe]
+                ? s->_credits[pe].get()
+                : &credits(handler, pe);  // the first send there
+    _last_credits = {handler, pe, c};
+    return c;
 }
 
 semaphore& machine::credits(int handler, std::uint32_t pe) {
@@ -481,6 +491,16 @@ task<void> machine::send_bytes(std::uint32_t pe, std::span<const std::byte> byte
     }
     // Its frames failed, or went into a dead PE's ring or socket: not delivered.
     check_not_lost(pe, "a send to it");
+}
+
+// A small one that fits the peer's ring or eager slot has gone once it is there: no
+// frame, handle or completion. Inline in the sends below (a call less per 8 B hop).
+inline bool machine::send_small(std::uint32_t pe, message& msg) {
+    if (!_core->send_now_taking(pe, msg.get())) return false;
+    (void)msg.release();  // freed by the core once it was copied
+    if (_core->is_lost(pe)) [[unlikely]]
+        throw peer_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
+    return true;
 }
 
 // ---- send_op -----------------------------------------------------------------------------
@@ -627,16 +647,6 @@ std::uint32_t machine::carry_due_credits(std::uint32_t pe, CmiMsgHeaderBasic& h,
         ++_send_stats.credits_riding;
     }
     return carried;
-}
-
-// A small one that fits the peer's ring or eager slot has gone once it is there: no
-// frame, handle or completion.
-bool machine::send_small(std::uint32_t pe, message& msg) {
-    if (!_core->send_now_taking(pe, msg.get())) return false;
-    (void)msg.release();  // freed by the core once it was copied
-    if (_core->is_lost(pe)) [[unlikely]]
-        throw peer_lost(pe, "a send to it");  // into a dead PE's ring: not delivered
-    return true;
 }
 
 task<void> machine::send(std::uint32_t pe, std::span<const std::byte> msg) {

@@ -13,7 +13,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,6 +26,7 @@
 #include <variant>
 #include <vector>
 
+#include <coverse/detail/message_queue.hpp>
 #include <coverse/runtime/detail/waiter.hpp>
 #include <coverse/runtime/event.hpp>
 #include <coverse/runtime/scheduler.hpp>
@@ -240,8 +240,9 @@ public:
         message_stream& _s;
         void* _msg = nullptr;
         const std::stop_token* _stop = nullptr;
-        std::uint32_t _lost = no_pe;  // woken by the loss of this PE
-        std::uint32_t _losses = 0;    // PEs known lost when it began to wait
+        // Set by enqueue(), read only by a receive that waited.
+        std::uint32_t _lost;    // woken by the loss of this PE (no_pe: not)
+        std::uint32_t _losses;  // PEs known lost when it began to wait
     };
 
     message_stream() = default;
@@ -300,7 +301,7 @@ private:
     int _handler = -1;
     std::uint32_t _capacity = 0;
     std::uint32_t _return_at = 0;  // owed credits go back at half the capacity
-    std::deque<void*> _queue;
+    detail::message_queue _queue;
     detail::waiter_list _waiters;
     std::vector<std::uint32_t> _owed;  // credits to return, by PE
     // The sender's side: credits this PE holds for the stream of the same handler on each
@@ -610,11 +611,11 @@ private:
     /// The credits this PE holds for `handler`'s stream on `pe`; null for an unbounded
     /// stream or a handler that is no stream. Inline: every copying send looks.
     semaphore* bounded_credits(int handler, std::uint32_t pe) {
-        message_stream* s = stream_for(handler);
-        if (!s || s->_capacity == 0) return nullptr;
-        if (pe < s->_credits.size() && s->_credits[pe]) return s->_credits[pe].get();
-        return &credits(handler, pe);  // the first send there
+        if (handler == _last_credits.handler && pe == _last_credits.pe) [[likely]]
+            return _last_credits.credits;
+        return bounded_credits_lookup(handler, pe);
     }
+    semaphore* bounded_credits_lookup(int handler, std::uint32_t pe);
     bool send_small(std::uint32_t pe, message& msg);
     /// Puts the credits this PE owes `pe` into header `h` of a small message (`size` bytes) about
     /// to go to `pe` (it waits for no stream credit; by the full path it may still wait for a
@@ -660,6 +661,14 @@ private:
     bool _closing = false;            // the PE shuts down: close_credits() ran
     // By handler index (handlers are numbered from 0): every send looks its stream up.
     std::vector<message_stream*> _stream_by_handler;
+    // The last bounded_credits answer: a task sending to one stream on one PE again and
+    // again (a window, a reply) finds its semaphore in two compares. Semaphores live as long
+    // as the machine; register_stream forgets it (a handler could become a stream's).
+    struct {
+        int handler = -1;
+        std::uint32_t pe = ~0u;
+        semaphore* credits = nullptr;
+    } _last_credits;
     std::vector<std::unique_ptr<std::function<void(message)>>> _functions;
     std::uint32_t _collective_seq = 0;
     // Collective messages that arrived, by (sequence << 32 | step << 31 | sending PE).

@@ -13,11 +13,13 @@
 namespace coverse::detail {
 
 struct stop_wait {
-    stop_wait* prev = nullptr;
-    stop_wait* next = nullptr;
+    // All but `list` are written when the wait is linked and read only while it is: a wait
+    // that never suspends (its awaiter's await_ready) pays one store here.
+    stop_wait* prev;
+    stop_wait* next;
     class stop_wait_list* list = nullptr;  // set while linked
-    void (*cancel)(stop_wait*) noexcept = nullptr;
-    void* owner = nullptr;  // for `cancel`: the wait this is part of
+    void (*cancel)(stop_wait*) noexcept;
+    void* owner;  // for `cancel`: the wait this is part of
 };
 
 /// The waits under one stop token; same-thread, like the primitives they wait on.

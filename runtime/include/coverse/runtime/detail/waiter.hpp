@@ -16,10 +16,13 @@ namespace coverse::detail {
 
 struct waiter {
     enum class state : unsigned char { idle, waiting, woken, cancelled };
-    waiter* prev = nullptr;
-    waiter* next = nullptr;
+    // Written when the wait begins (cancellable_wait::await_suspend, waiter_list::push_back)
+    // and read only after: an awaiter that completes at once (await_ready) never writes
+    // them. `st` says which: idle until then.
+    waiter* prev;
+    waiter* next;
     std::coroutine_handle<> handle;
-    scheduler* sched = nullptr;
+    scheduler* sched;
     state st = state::idle;
 
     /// Called by the primitive after it unlinked this waiter: resume it later.

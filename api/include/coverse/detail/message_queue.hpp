@@ -1,0 +1,89 @@
+// The queue of a message stream: received messages (pointers) waiting for a receive, FIFO,
+// in one power-of-two ring. A take from it is a load and two index updates, where
+// std::deque's pop_front and push_back cost ~14 instructions per message between them
+// (docs/perf.md, stop 36).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+
+namespace coverse::detail {
+
+class message_queue {
+public:
+    message_queue() = default;
+    message_queue(const message_queue&) = delete;
+    message_queue& operator=(const message_queue&) = delete;
+
+    bool empty() const noexcept { return _count == 0; }
+    std::size_t size() const noexcept { return _count; }
+    void* front() const noexcept { return _slots[_head]; }
+    /// Not on an empty queue. A queue that drains after holding many gives their room back.
+    void pop_front() noexcept {
+        _head = (_head + 1) & (_cap - 1);
+        if (--_count == 0 && _cap > keep_slots) [[unlikely]]
+            release();
+    }
+    void push_back(void* m) {
+        if (_count == _cap) [[unlikely]]
+            grow(1);
+        _slots[(_head + _count) & (_cap - 1)] = m;
+        ++_count;
+    }
+    /// `n` messages at the back, in order.
+    void push_back(void* const* ms, std::size_t n) {
+        if (n == 0) return;
+        if (_cap - _count < n) [[unlikely]]
+            grow(n);
+        const std::size_t tail = (_head + _count) & (_cap - 1);
+        const std::size_t first = std::min(n, _cap - tail);  // up to the ring's end, then on from 0
+        std::memcpy(_slots.get() + tail, ms, first * sizeof(void*));
+        if (first < n) std::memcpy(_slots.get(), ms + first, (n - first) * sizeof(void*));
+        _count += n;
+    }
+    void push_front(void* m) {
+        if (_count == _cap) [[unlikely]]
+            grow(1);
+        _head = (_head - 1) & (_cap - 1);
+        _slots[_head] = m;
+        ++_count;
+    }
+    /// Calls `f` on each message, front first.
+    template <class F>
+    void for_each(F&& f) const {
+        for (std::size_t i = 0; i < _count; ++i)
+            f(_slots[(_head + i) & (_cap - 1)]);
+    }
+
+private:
+    static constexpr std::size_t first_slots = 16;
+    static constexpr std::size_t keep_slots = 1024;  // released when empty above this
+
+    // Room for `more` beyond what is queued: the capacity doubles until it fits, and the
+    // messages move to the start of the new ring in order.
+    void grow(std::size_t more) {
+        std::size_t cap = _cap ? _cap * 2 : first_slots;
+        while (cap - _count < more)
+            cap *= 2;
+        auto slots = std::make_unique_for_overwrite<void*[]>(cap);
+        for (std::size_t i = 0; i < _count; ++i)
+            slots[i] = _slots[(_head + i) & (_cap - 1)];
+        _slots = std::move(slots);
+        _cap = cap;
+        _head = 0;
+    }
+    void release() noexcept {
+        _slots.reset();
+        _cap = 0;
+        _head = 0;
+    }
+
+    std::unique_ptr<void*[]> _slots;
+    std::size_t _cap = 0;  // a power of two, or 0 before the first message
+    std::size_t _head = 0;
+    std::size_t _count = 0;
+};
+
+}  // namespace coverse::detail
