@@ -63,14 +63,6 @@ peer_lost::peer_lost(std::uint32_t pe, const std::string& during)
 
 // ---- message ---------------------------------------------------------------------------------
 
-message& message::operator=(message&& o) noexcept {
-    if (this != &o) {
-        if (_msg) alloc::msg_free(_msg);
-        _msg = o.release();
-    }
-    return *this;
-}
-
 void message::free_message(void* msg) noexcept {
     alloc::msg_free(msg);
 }
@@ -505,14 +497,13 @@ inline bool machine::send_small(std::uint32_t pe, message& msg) {
 
 // ---- send_op -----------------------------------------------------------------------------
 
-bool send_op::send_or_prepare() {
+bool send_op::send_copy_or_prepare() {
     semaphore* wait = nullptr;
-    if (_copying) {
-        _copying = false;
-        if (_m->send_copy_at_once(_pe, _handler, _payload, _msg, wait)) return true;
-    } else if (_m->send_at_once(_pe, _msg, wait)) {
-        return true;
-    }
+    _copying = false;
+    return _m->send_copy_at_once(_pe, _handler, _payload, _msg, wait) || prepare(wait);
+}
+
+bool send_op::prepare(semaphore* wait) {
     _slow = _m->send_rest(_pe, std::move(_msg), wait);
     return false;
 }

@@ -87,7 +87,13 @@ public:
     /// Takes ownership of a CmiAlloc'd message.
     explicit message(void* msg) noexcept : _msg(msg) {}
     message(message&& o) noexcept : _msg(o.release()) {}
-    message& operator=(message&& o) noexcept;
+    message& operator=(message&& o) noexcept {
+        if (this != &o) {
+            if (_msg) free_message(_msg);
+            _msg = o.release();
+        }
+        return *this;
+    }
     ~message() {
         if (_msg) free_message(_msg);  // inline: a moved-from message costs a test
     }
@@ -235,6 +241,7 @@ public:
         // Handed its message by the dispatch loop's handler call: resumes its task now.
         void resume_now() noexcept {
             st = state::woken;
+            _stop = nullptr;  // nothing can stop it between here and await_resume
             handle.resume();
         }
         message_stream& _s;
@@ -350,9 +357,11 @@ public:
 
 private:
     static task<void> run(send_op op);
-    // Everything but a copying send's frameless attempt: the checks that throw, the stream
-    // credit to wait for, the copy, the send as a task when it cannot go at once.
-    bool send_or_prepare();
+    // A copying send after its frameless attempt: the checks that throw, the stream credit
+    // to wait for, the copy, the send as a task when it cannot go at once.
+    bool send_copy_or_prepare();
+    // The send as a task (false), for a message send_at_once could not send at once.
+    bool prepare(semaphore* wait);
     machine* _m;
     std::uint32_t _pe;
     int _handler = -1;                    // a copying send's handler
@@ -680,11 +689,15 @@ private:
 };
 
 inline bool send_op::await_ready() {
-    if (_copying && _m->send_copy_now(_pe, _handler, _payload)) {
+    if (!_copying) {
+        semaphore* wait = nullptr;
+        return _m->send_at_once(_pe, _msg, wait) || prepare(wait);
+    }
+    if (_m->send_copy_now(_pe, _handler, _payload)) {
         _copying = false;  // sent: awaiting it again sends nothing (an empty message throws)
         return true;
     }
-    return send_or_prepare();
+    return send_copy_or_prepare();
 }
 
 /// Starts this PE (launcher, mesh, handlers), runs `entry(machine)` on its scheduler while

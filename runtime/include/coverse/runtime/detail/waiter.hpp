@@ -59,7 +59,13 @@ public:
     }
     waiter* pop_front() noexcept {
         waiter* w = _head;
-        if (w) remove(w);
+        if (!w) return nullptr;
+        _head = w->next;
+        if (_head)
+            _head->prev = nullptr;
+        else
+            _tail = nullptr;
+        w->next = nullptr;  // prev is null already: it was the head
         return w;
     }
 
