@@ -1,6 +1,7 @@
 // A message stream's queue (coverse/detail/message_queue.hpp): FIFO order through growth and
-// wrap-around, messages put back at the front, batches split at the ring's end, and the room
-// given back when a large backlog drains; checked against std::deque as the model.
+// wrap-around, messages put back at the front, batches at every position around the ring's
+// end, the room given back when a large backlog drains (and kept by a small queue), and
+// random mixes that grow and drain again; checked against std::deque as the model.
 #include <gtest/gtest.h>
 
 #include <coverse/detail/message_queue.hpp>
@@ -81,35 +82,92 @@ TEST(message_queue, a_message_put_back_goes_first) {
     EXPECT_EQ(q.front(), tag(1));
 }
 
-TEST(message_queue, a_drained_backlog_leaves_a_queue_that_works) {
+TEST(message_queue, a_drained_backlog_gives_its_room_back) {
     message_queue q;
     for (std::uintptr_t i = 1; i <= 5000; ++i)
         q.push_back(tag(i));
+    EXPECT_GE(q.capacity(), 5000u);
     for (std::uintptr_t i = 1; i <= 5000; ++i) {
         ASSERT_EQ(q.front(), tag(i));
         q.pop_front();
     }
-    EXPECT_TRUE(q.empty());  // the drain gave its room back: it must work from nothing again
-    q.push_back(tag(7));
+    EXPECT_TRUE(q.empty());
+    EXPECT_EQ(q.capacity(), 0u) << "a ring of 8192 slots was kept after its backlog drained";
+    q.push_back(tag(7));  // works from nothing again
     q.push_front(tag(6));
     EXPECT_EQ(contents(q), (std::vector<std::uintptr_t>{6, 7}));
+
+    // A queue that never held more than a few thousand keeps its ring when it drains.
+    message_queue small;
+    for (int round = 0; round < 3; ++round) {
+        for (std::uintptr_t i = 0; i < 3000; ++i)
+            small.push_back(tag(i + 1));
+        while (!small.empty())
+            small.pop_front();
+        EXPECT_EQ(small.capacity(), 4096u) << "round " << round;
+    }
 }
 
+// A batch at every head position and fill of a 32-slot ring: short ones, ones that end exactly
+// at the ring's end or one past it, ones into a full ring, and ones that need the ring to
+// double more than once.
+TEST(message_queue, batches_at_every_position_keep_their_order) {
+    for (std::size_t head = 0; head < 32; ++head)
+        for (std::size_t fill = 0; fill <= 32; ++fill)
+            for (const std::size_t n : {1, 2, 15, 16, 17, 31, 32, 33, 48, 64, 65, 100}) {
+                message_queue q;
+                for (std::uintptr_t i = 0; i < 32; ++i)  // a ring of 32, empty again, head 0
+                    q.push_back(tag(1000000 + i));
+                for (std::size_t i = 0; i < 32 + head; ++i) {
+                    if (i >= 32) q.push_back(tag(1));
+                    q.pop_front();
+                }
+                ASSERT_EQ(q.capacity(), 32u);
+                std::vector<std::uintptr_t> want;
+                std::uintptr_t next = 1;
+                for (std::size_t i = 0; i < fill; ++i) {
+                    q.push_back(tag(next));
+                    want.push_back(next++);
+                }
+                std::vector<void*> batch;
+                for (std::size_t i = 0; i < n; ++i) {
+                    batch.push_back(tag(next));
+                    want.push_back(next++);
+                }
+                q.push_back(batch.data(), batch.size());
+                ASSERT_EQ(contents(q), want)
+                    << "head " << head << ", " << fill << " queued, " << n << " in the batch";
+                for (const std::uintptr_t w : want) {
+                    ASSERT_EQ(q.front(), tag(w));
+                    q.pop_front();
+                }
+            }
+}
+
+// Phases that fill and then drain to empty: the mix of every operation, around the ring's
+// growth, wrap-around and release.
 TEST(message_queue, random_operations_match_a_deque) {
     std::mt19937 rng(36);
     message_queue q;
     std::deque<std::uintptr_t> model;
     std::uintptr_t next = 1;
     std::vector<void*> batch;
-    for (int step = 0; step < 200000; ++step) {
+    bool draining = false;
+    int emptied = 0;
+    for (int step = 0; step < 300000; ++step) {
+        if (!draining && step % 3000 == 2999) draining = true;
+        if (draining && model.empty()) {
+            draining = false;
+            ++emptied;
+        }
         const unsigned op = rng() % 100;
-        if (op < 40) {
+        if (!draining && op < 30) {
             q.push_back(tag(next));
             model.push_back(next++);
-        } else if (op < 45) {
+        } else if (op < 35) {
             q.push_front(tag(next));
             model.push_front(next++);
-        } else if (op < 52) {
+        } else if (!draining && op < 42) {
             batch.clear();
             const unsigned n = rng() % 70;
             for (unsigned i = 0; i < n; ++i) {
@@ -124,10 +182,11 @@ TEST(message_queue, random_operations_match_a_deque) {
         }
         ASSERT_EQ(q.size(), model.size()) << "step " << step;
         ASSERT_EQ(q.empty(), model.empty());
-        if (step % 997 == 0) {
+        if (step % 251 == 0) {
             ASSERT_EQ(contents(q), contents(model)) << "step " << step;
         }
     }
+    EXPECT_GT(emptied, 20) << "the mix should drain the queue again and again";
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ public:
 
     bool empty() const noexcept { return _count == 0; }
     std::size_t size() const noexcept { return _count; }
+    /// Messages it has room for before it grows (0: no room held).
+    std::size_t capacity() const noexcept { return _cap; }
     void* front() const noexcept { return _slots[_head]; }
     /// Not on an empty queue. A queue that drains after holding many gives their room back.
     void pop_front() noexcept {
@@ -59,7 +61,9 @@ public:
 
 private:
     static constexpr std::size_t first_slots = 16;
-    static constexpr std::size_t keep_slots = 1024;  // released when empty above this
+    // A ring above this is released when it drains (a backlog's room given back); up to it,
+    // it is kept, so bursts of up to 4096 messages do not allocate again.
+    static constexpr std::size_t keep_slots = 4096;
 
     // Room for `more` beyond what is queued: the capacity doubles until it fits, and the
     // messages move to the start of the new ring in order.

@@ -45,6 +45,8 @@ public:
             _head = w;
         _tail = w;
     }
+    /// For a waiter that was linked (pushed), popped or not: never for one that never waited,
+    /// whose prev is not set (waiter: written when the wait begins).
     void remove(waiter* w) noexcept {
         if (!w->prev && _head != w) return;  // not linked (already popped): nothing to do
         if (w->prev)
