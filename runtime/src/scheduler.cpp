@@ -234,9 +234,10 @@ void scheduler::heap_down(std::size_t i) noexcept {
 }
 
 void scheduler::add_timer(timer_node& t) {
+    _timers.push_back(&t);  // first: if it throws, the node is left unarmed, and cancel_timer
+                            // (a sleep's clean-up) leaves the heap alone
     t.seq = ++_timer_seq;
-    t.heap_index = _timers.size();
-    _timers.push_back(&t);
+    t.heap_index = _timers.size() - 1;
     heap_up(t.heap_index);
 }
 
