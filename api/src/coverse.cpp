@@ -143,6 +143,8 @@ void message_stream::push(void* const* msgs, std::size_t n) {
 }
 
 // A receive that will not take its message after all puts it back where it came from.
+// From noexcept clean-ups (receive_awaiter::leave): the queue always has room for 16 (a new
+// one, a drained one), so only a full one allocates here, and a bad_alloc then ends the PE.
 void message_stream::give_back(void* msg) {
     if (auto* w = _waiters.pop_front()) {
         static_cast<receive_awaiter*>(w)->_msg = msg;

@@ -1,7 +1,8 @@
 // A message stream's queue (coverse/detail/message_queue.hpp): FIFO order through growth and
 // wrap-around, messages put back at the front, batches at every position around the ring's
-// end, the room given back when a large backlog drains (and kept by a small queue), and
-// random mixes that grow and drain again; checked against std::deque as the model.
+// end, the room given back when a large backlog drains (down to the 16 slots a new queue
+// has; a small queue keeps its ring), and random mixes that grow and drain again; checked
+// against std::deque as the model.
 #include <gtest/gtest.h>
 
 #include <coverse/detail/message_queue.hpp>
@@ -75,7 +76,8 @@ TEST(message_queue, a_batch_split_at_the_end_of_the_ring_stays_in_order) {
 
 TEST(message_queue, a_message_put_back_goes_first) {
     message_queue q;
-    q.push_front(tag(2));  // into an empty queue, before it has room
+    EXPECT_EQ(q.capacity(), message_queue::first_slots) << "a new queue has room from the start";
+    q.push_front(tag(2));  // into an empty queue
     q.push_back(tag(3));
     q.push_front(tag(1));
     EXPECT_EQ(contents(q), (std::vector<std::uintptr_t>{1, 2, 3}));
@@ -92,8 +94,9 @@ TEST(message_queue, a_drained_backlog_gives_its_room_back) {
         q.pop_front();
     }
     EXPECT_TRUE(q.empty());
-    EXPECT_EQ(q.capacity(), 0u) << "a ring of 8192 slots was kept after its backlog drained";
-    q.push_back(tag(7));  // works from nothing again
+    EXPECT_EQ(q.capacity(), message_queue::first_slots)
+        << "a ring of 8192 slots was kept after its backlog drained";
+    q.push_back(tag(7));  // works in the small ring again
     q.push_front(tag(6));
     EXPECT_EQ(contents(q), (std::vector<std::uintptr_t>{6, 7}));
 

@@ -8,21 +8,28 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <new>
 
 namespace coverse::detail {
 
 class message_queue {
 public:
-    message_queue() = default;
+    static constexpr std::size_t first_slots = 16;
+
+    /// Room for first_slots messages from the start (throws std::bad_alloc): a receive that
+    /// gives its message back into a queue with room (pushed to the front from a noexcept
+    /// clean-up) needs no allocation.
+    message_queue() : _slots(std::make_unique_for_overwrite<void*[]>(first_slots)) {}
     message_queue(const message_queue&) = delete;
     message_queue& operator=(const message_queue&) = delete;
 
     bool empty() const noexcept { return _count == 0; }
     std::size_t size() const noexcept { return _count; }
-    /// Messages it has room for before it grows (0: no room held).
+    /// Messages it has room for before it grows.
     std::size_t capacity() const noexcept { return _cap; }
     void* front() const noexcept { return _slots[_head]; }
-    /// Not on an empty queue. A queue that drains after holding many gives their room back.
+    /// Not on an empty queue. A queue that drains after holding many gives their room back
+    /// (down to first_slots).
     void pop_front() noexcept {
         _head = (_head + 1) & (_cap - 1);
         if (--_count == 0 && _cap > keep_slots) [[unlikely]]
@@ -60,7 +67,6 @@ public:
     }
 
 private:
-    static constexpr std::size_t first_slots = 16;
     // A ring above this is released when it drains (a backlog's room given back); up to it,
     // it is kept, so bursts of up to 4096 messages do not allocate again.
     static constexpr std::size_t keep_slots = 4096;
@@ -68,7 +74,7 @@ private:
     // Room for `more` beyond what is queued: the capacity doubles until it fits, and the
     // messages move to the start of the new ring in order.
     void grow(std::size_t more) {
-        std::size_t cap = _cap ? _cap * 2 : first_slots;
+        std::size_t cap = _cap * 2;
         while (cap - _count < more)
             cap *= 2;
         auto slots = std::make_unique_for_overwrite<void*[]>(cap);
@@ -78,14 +84,17 @@ private:
         _cap = cap;
         _head = 0;
     }
+    // To first_slots, when a small ring can be had (else the large one stays).
     void release() noexcept {
-        _slots.reset();
-        _cap = 0;
+        std::unique_ptr<void*[]> small(new (std::nothrow) void*[first_slots]);
+        if (!small) return;
+        _slots = std::move(small);
+        _cap = first_slots;
         _head = 0;
     }
 
     std::unique_ptr<void*[]> _slots;
-    std::size_t _cap = 0;  // a power of two, or 0 before the first message
+    std::size_t _cap = first_slots;  // a power of two
     std::size_t _head = 0;
     std::size_t _count = 0;
 };
