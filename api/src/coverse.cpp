@@ -341,11 +341,8 @@ message_stream& machine::register_stream(std::uint32_t capacity) {
 }
 
 semaphore* machine::bounded_credits_lookup(int handler, std::uint32_t pe) {
-    semaphore* c = nullptr;
-    if (message_stream* s = stream_for(handler); s && s->_capacity > 0)
-        c = pe < s->_credits.size() && s->_credits[pe]
-                ? s->_credits[pe].get()
-                : &credits(handler, pe);  // the first send there
+    const message_stream* s = stream_for(handler);
+    semaphore* c = s && s->_capacity > 0 ? &credits(handler, pe) : nullptr;
     _last_credits = {handler, pe, c};
     return c;
 }

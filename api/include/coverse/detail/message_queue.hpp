@@ -43,7 +43,6 @@ public:
     }
     /// `n` messages at the back, in order.
     void push_back(void* const* ms, std::size_t n) {
-        if (n == 0) return;
         if (_cap - _count < n) [[unlikely]]
             grow(n);
         const std::size_t tail = (_head + _count) & (_cap - 1);
