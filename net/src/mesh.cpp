@@ -2,12 +2,14 @@
 // and reader tasks, peer-failure detection, and the disconnect handshake.
 #include <coverse/net/mesh.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <utility>
 
@@ -26,6 +28,13 @@ constexpr std::size_t read_chunk = 64 * 1024;
 constexpr std::size_t direct_receive_min = 16 * 1024;
 constexpr std::size_t batch_frames = 64;
 constexpr std::size_t batch_bytes = 1 << 20;
+// post_copy(): the bytes of small frames a connection holds copied, back to back, as one
+// queued entry. Up to 64 KiB: four of the largest frames the fast path copies (16 KiB), a
+// burst of ~2 000 small ones; the rest wait their turn by post(). It starts at 4 KiB (a
+// reply, a short burst) and doubles as bursts need: a PE of a large all-to-all job keeps
+// little per connection.
+constexpr std::size_t copies_first = 4 * 1024;
+constexpr std::size_t copies_most = 64 * 1024;
 constexpr std::uint32_t any_pe = 0xFFFF'FFFF;
 
 std::string errno_text(int negative_errno) {
@@ -117,6 +126,14 @@ struct mesh::connection {
     bool claimed = false;  // a stream is being attached (a hello answered): no other may be
     event attached;        // s is set, or the connection failed
     double up_at = -1;     // seconds after the mesh was made
+    // post_copy(): the queued entry of copied frames. The first frame's header is its
+    // header (stamp_credits writes there), the rest of its bytes its payload, in `copied`.
+    outgoing copies;
+    std::unique_ptr<std::byte[]> copied;  // copies_room bytes, made on first use
+    std::size_t copies_room = 0;
+    bool copies_queued = false;  // in `queue` or in the writer's hands
+    lost_callback copies_lost = nullptr;
+    void* copies_ctx = nullptr;
 };
 
 void mesh::done_flag::set() noexcept {
@@ -700,6 +717,69 @@ int mesh::post(std::uint32_t pe, const frame_header& header, std::span<const std
     return 0;
 }
 
+int mesh::post_copy(std::uint32_t pe, const frame_header& header,
+                    std::span<const std::byte> payload, lost_callback on_lost, void* ctx) noexcept {
+    if (pe >= _conns.size() || pe == _cfg.rank) return -EINVAL;
+    connection* c = _conns[pe].get();  // not route(): a lazy dial is post()'s to start
+    if (!c) return -EAGAIN;
+    if (!writable(c)) return -ENOTCONN;
+    if (payload.size() > _cfg.max_payload) return -EMSGSIZE;
+    outgoing& o = c->copies;
+    // Appending is safe only while the entry is the last queued (order) and nothing took it
+    // off the queue (the writer's gather holds its bytes as they were). Its bytes may move
+    // then: what a flush sent of it already is the kernel's.
+    if (c->copies_queued && (c->queue.empty() || c->queue.back() != &o)) return -EAGAIN;
+    const std::size_t kept = c->copies_queued ? o.payload.size() + header_size : 0;
+    const std::size_t need = kept + payload.size();  // (a first frame's header is o.header)
+    if (need > copies_most) return -EAGAIN;
+    if (need > c->copies_room) {
+        std::size_t room = std::max(c->copies_room * 2, copies_first);
+        while (room < need)
+            room *= 2;
+        std::unique_ptr<std::byte[]> more(new (std::nothrow) std::byte[room]);
+        if (!more) return -ENOMEM;
+        if (c->copies_queued) std::memcpy(more.get(), c->copied.get(), o.payload.size());
+        c->copied = std::move(more);
+        c->copies_room = room;
+        o.copies_of = c;
+        if (c->copies_queued)
+            o.payload = std::span<const std::byte>(c->copied.get(), o.payload.size());
+    }
+    if (!c->copies_queued) {
+        try {
+            c->queue.push_back(&o);
+        } catch (const std::bad_alloc&) {
+            return -ENOMEM;
+        }
+        o.sent = 0;
+        o.payload = {};
+        c->copies_queued = true;
+    }
+    frame_header h = header;
+    h.source_pe = _cfg.rank;
+    h.payload_length = static_cast<std::uint32_t>(payload.size());
+    std::byte* at = c->copied.get() + o.payload.size();
+    if (kept == 0) {
+        encode_header(h, o.header);
+    } else {
+        encode_header(h, std::span<std::byte, header_size>(at, header_size));
+        at += header_size;
+    }
+    if (!payload.empty()) std::memcpy(at, payload.data(), payload.size());
+    o.payload = std::span<const std::byte>(c->copied.get(), need);  // all after the first header
+    c->copies_lost = on_lost;
+    c->copies_ctx = ctx;
+    if (c->writer_idle && !c->flush_pending) {
+        try {
+            _flush.push_back(c);
+            c->flush_pending = true;
+        } catch (const std::bad_alloc&) {  // the writer, woken below, sends it
+        }
+    }
+    c->wake.set();
+    return 0;
+}
+
 // What post() queued on connections whose writer is idle goes now, one non-blocking gather
 // per connection (stream::try_send), instead of on the writers' next turn: a handler's sends
 // leave together when it returns (TCP's small-message latency without a system call per
@@ -768,6 +848,15 @@ void mesh::stamp_credits(const connection* c, outgoing* o) noexcept {
 
 void mesh::complete(outgoing* o, int result) {
     o->result = result;
+    if (connection* c = o->copies_of) {  // post_copy()'s entry: free for the next copies
+        c->copies_queued = false;
+        o->payload = {};
+        // -ECANCELED: our own shutdown stopped the writer (its watchdog); mesh::shutdown
+        // says what was left in flight.
+        if (result < 0 && result != -ECANCELED && c->copies_lost)
+            c->copies_lost(c->copies_ctx, c->pe, result);
+        return;
+    }
     if (!o->on_sent) {
         o->done.set();
         return;

@@ -386,9 +386,10 @@ TEST_P(mesh_test, nobody_listening_times_out_naming_the_peer_and_address) {
     sync_wait(m.shutdown());
 }
 
-// A hand-made peer: dials PE 0, sends a valid hello, then whatever the test wants.
+// A hand-made peer: dials PE 0, sends a valid hello, then whatever the test wants; it
+// never reads past PE 0's hello, and closes (once `close_when` is set, if given).
 task<void> fake_peer(backend* b, endpoint to, std::vector<std::byte> after_hello, bool close_after,
-                     std::string* error) {
+                     std::string* error, event* close_when = nullptr) {
     auto r = co_await b->connect(to);
     if (!r) {
         *error = "connect failed";
@@ -410,7 +411,19 @@ task<void> fake_peer(backend* b, endpoint to, std::vector<std::byte> after_hello
     co_await r.value->recv_some(answer);  // PE 0's hello
     const std::span<const std::byte> rest[] = {after_hello};
     co_await r.value->send_all(rest);
+    if (close_when) co_await close_when->wait();
     if (close_after) co_await r.value->close();
+}
+
+// PE 0's side of a job of two whose PE 1 is fake_peer.
+mesh_config fake_peer_job(endpoint pe0) {
+    mesh_config cfg;
+    cfg.rank = 0;
+    cfg.num_pes = 2;
+    cfg.job_key = 0xC0FFEE;
+    cfg.peers = {pe0, endpoint{"127.0.0.1", 1}};
+    cfg.connect_timeout = 5s;
+    return cfg;
 }
 
 std::string receive_error_with_fake_peer(backend_kind kind, std::vector<std::byte> bytes,
@@ -421,12 +434,7 @@ std::string receive_error_with_fake_peer(backend_kind kind, std::vector<std::byt
         *skipped = true;
         return {};
     }
-    mesh_config cfg;
-    cfg.rank = 0;
-    cfg.num_pes = 2;
-    cfg.job_key = 0xC0FFEE;
-    cfg.peers = {pe.l->local(), endpoint{"127.0.0.1", 1}};
-    cfg.connect_timeout = 5s;
+    const mesh_config cfg = fake_peer_job(pe.l->local());
     backend* b = pe.b.get();
     const endpoint at = pe.l->local();
     mesh m(*b, std::move(pe.l), cfg);
@@ -875,6 +883,170 @@ TEST_P(mesh_test, lazy_a_peer_the_launcher_reports_dead_fails_without_a_dial) {
     EXPECT_EQ(failures[0], "1: PE 1 of 2 (pid 7) was killed by signal 9 (SIGKILL)");
     EXPECT_EQ(rc, -ENOTCONN);
     EXPECT_EQ(j.m0->state(1), connection_state::error);
+}
+
+// post_copy() copies small frames, back to back, into one queued entry per connection: they
+// keep one order with posted and awaited frames, the caller's buffer is free again at once,
+// a full entry (four 16 KiB frames do not fit its 64 KiB) or one in the writer's hands says
+// -EAGAIN (the caller posts instead), bad PEs fail at once, and nothing is called back for
+// copies that went.
+struct lost_counter {
+    int calls = 0;
+    std::uint32_t pe = ~0u;
+    int result = 0;
+    static void on_lost(void* ctx, std::uint32_t pe, int result) {
+        auto* l = static_cast<lost_counter*>(ctx);
+        ++l->calls;
+        l->pe = pe;
+        l->result = result;
+    }
+};
+
+std::size_t copy_size(int i) {
+    if (i % 500 == 250) return std::size_t{1} << 20;  // posted: a backlog the copies wait behind
+    return i < 4 || i % 50 == 7 ? 16384 : static_cast<std::size_t>(i % 300);
+}
+
+task<void> copy_and_receive(std::uint32_t r, mesh& m, int n) {
+    const std::uint32_t peer = 1 - r;
+    post_counter counter;
+    lost_counter lost;
+    std::vector<std::vector<std::byte>> kept(static_cast<std::size_t>(n));
+    std::vector<std::byte> scratch;
+    int copied = 0, refused = 0, posted = 0;
+    frame_header h;
+    for (int i = 0; i < n; ++i) {
+        const auto seq = static_cast<std::uint32_t>(i);
+        if (i % 500 == 250) {  // a large posted frame: the writer and the socket stay busy
+            kept[i].resize(copy_size(i));
+            fill(kept[i], r, seq);
+            if (m.post(peer, h, kept[i], &post_counter::on_sent, &counter) != 0)
+                throw std::runtime_error("post failed");
+            ++posted;
+            continue;
+        }
+        if (i >= 4 && i % 13 == 12) {  // an awaited frame now and then
+            kept[i].resize(copy_size(i));
+            fill(kept[i], r, seq);
+            if (const int rc = co_await m.send(peer, h, kept[i]); rc != 0)
+                throw std::runtime_error("send failed: " + std::to_string(rc));
+            continue;
+        }
+        scratch.resize(copy_size(i));
+        fill(scratch, r, seq);
+        const int rc = m.post_copy(peer, h, scratch, &lost_counter::on_lost, &lost);
+        std::fill(scratch.begin(), scratch.end(), std::byte{0xee});  // copied: ours again
+        if (i < 4 && rc != (i == 3 ? -EAGAIN : 0))
+            throw std::runtime_error("16 KiB copy " + std::to_string(i) + " returned " +
+                                     std::to_string(rc) + " (the fourth must not fit)");
+        if (rc == 0) {
+            ++copied;
+        } else if (rc == -EAGAIN) {
+            ++refused;
+            kept[i].resize(copy_size(i));
+            fill(kept[i], r, seq);
+            if (m.post(peer, h, kept[i], &post_counter::on_sent, &counter) != 0)
+                throw std::runtime_error("post failed");
+            ++posted;
+        } else {
+            throw std::runtime_error("post_copy returned " + std::to_string(rc));
+        }
+        if (i < 4) continue;  // the first four go into one entry
+        if (i % 97 == 0) m.flush();
+        if (i % 31 == 0) co_await yield();  // the writer may take the entry meanwhile
+    }
+    if (m.post_copy(r, h, {}, &lost_counter::on_lost, &lost) != -EINVAL ||
+        m.post_copy(7, h, {}, &lost_counter::on_lost, &lost) != -EINVAL)
+        throw std::runtime_error("a copy to ourselves or to PE 7 of 2 must fail with -EINVAL");
+    m.flush();
+    for (int i = 0; i < n; ++i) {
+        auto got = co_await m.receive();
+        if (!got || got->from != peer)
+            throw std::runtime_error("missing frame " + std::to_string(i));
+        if (got->frame.header.payload_length != copy_size(i) ||
+            !check(got->frame.payload_bytes(), peer, static_cast<std::uint32_t>(i)))
+            throw std::runtime_error("frame " + std::to_string(i) + " out of order or corrupt");
+    }
+    while (counter.ok + counter.failed < posted)
+        co_await yield();
+    if (counter.ok != posted || counter.failed != 0 || lost.calls != 0)
+        throw std::runtime_error("callbacks: " + std::to_string(counter.ok) + " ok, " +
+                                 std::to_string(counter.failed) + " failed, " +
+                                 std::to_string(lost.calls) + " copies lost");
+    if (copied < n / 2 || refused < 1)
+        throw std::runtime_error(std::to_string(copied) + " copied, " + std::to_string(refused) +
+                                 " refused: the copies should take most frames");
+}
+
+TEST_P(mesh_test, copied_frames_keep_one_order_with_posted_ones_and_a_full_entry_refuses) {
+    auto res = run_job(2, GetParam(),
+                       [](std::uint32_t r, mesh& m) { return copy_and_receive(r, m, 3000); });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    EXPECT_EQ(res.errors[0], "");
+    EXPECT_EQ(res.errors[1], "");
+}
+
+// Copies queued behind a frame the peer never reads, when the peer goes: the lost callback
+// runs once, naming the PE, with the error (the machine core stops the job there, as for a
+// failed posted frame); copies that went before called nothing.
+TEST_P(mesh_test, copies_a_dead_peer_never_took_are_reported_lost_once) {
+    scheduler s(options_for(GetParam()));
+    std::string why;
+    auto pe = make_pe(s, GetParam(), &why);
+    if (!pe.b) GTEST_SKIP() << why;
+    const mesh_config cfg = fake_peer_job(pe.l->local());
+    backend* b = pe.b.get();
+    const endpoint at = pe.l->local();
+    mesh m(*b, std::move(pe.l), cfg);
+    std::string failure;
+    m.on_peer_failure([&](std::uint32_t, const std::string& w) { failure = w; });
+    lost_counter lost;
+    post_counter counter;
+    int before = -1, queued = -1;
+    bool reported = false;
+    // A frame larger than the socket buffers holds the writer; copies queue behind it. It
+    // outlives the mesh: a writer may still read it until shutdown.
+    std::vector<std::byte> big(std::size_t{48} << 20, std::byte{2});
+    sync_wait([](mesh* mp, backend* bp, endpoint to, lost_counter* l, post_counter* pc,
+                 const std::vector<std::byte>* large, int* early, int* late,
+                 bool* seen) -> task<void> {
+        event go;
+        std::string peer_error;
+        task_scope peer("fake peer");
+        // A peer that says hello, never reads, and closes when told.
+        peer.spawn(fake_peer(bp, to, {}, true, &peer_error, &go), "fake peer");
+        co_await mp->establish();
+        frame_header h;
+        std::vector<std::byte> small(100, std::byte{1});
+        // Copies that go: nothing is called. The awaited frame behind them completes once
+        // they are in the kernel too.
+        *early = mp->post_copy(1, h, small, &lost_counter::on_lost, l);
+        if (co_await mp->send(1, h, small) != 0) throw std::runtime_error("send");
+        if (mp->post(1, h, *large, &post_counter::on_sent, pc) != 0)
+            throw std::runtime_error("post");
+        mp->flush();
+        for (int i = 0; i < 20; ++i)
+            co_await yield();
+        *late = mp->post_copy(1, h, small, &lost_counter::on_lost, l);
+        if (*late == 0) (void)mp->post_copy(1, h, small, &lost_counter::on_lost, l);
+        go.set();
+        for (int i = 0; i < 5000 && (l->calls == 0 || pc->ok + pc->failed == 0); ++i)
+            co_await sleep_for(1ms);
+        *seen = true;
+        co_await peer.join();
+    }(&m, b, at, &lost, &counter, &big, &before, &queued, &reported));
+    try {
+        sync_wait(m.shutdown());
+    } catch (const mesh_error&) {
+    }
+    ASSERT_TRUE(reported);
+    EXPECT_EQ(before, 0);
+    EXPECT_EQ(queued, 0);
+    EXPECT_EQ(lost.calls, 1);
+    EXPECT_EQ(lost.pe, 1u);
+    EXPECT_LT(lost.result, 0);
+    EXPECT_EQ(counter.failed, 1);
+    EXPECT_NE(failure.find("PE 1"), std::string::npos) << failure;
 }
 
 INSTANTIATE_TEST_SUITE_P(backends, mesh_test,

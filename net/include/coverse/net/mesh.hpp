@@ -160,6 +160,19 @@ public:
     /// -EMSGSIZE at once (and then never calls on_sent).
     int post(std::uint32_t pe, const frame_header& header, std::span<const std::byte> payload,
              sent_callback on_sent, void* ctx);
+    /// Called when frames post_copy() took could not be sent (the connection to `pe`
+    /// failed with them queued), once per failure; nothing is called when they went.
+    using lost_callback = void (*)(void* ctx, std::uint32_t pe, int result);
+    /// post() of a small frame by copy, for the machine layer's small-message fast path:
+    /// the header and payload are copied behind the frames this call copied before for
+    /// `pe` (up to 64 KiB, one queued entry, sent in one gather with them), so `payload`
+    /// is free again on return and nothing is called back for it. Order with post() and
+    /// send() holds: -EAGAIN when the copies cannot take it in order now (the entry is
+    /// full, being written, or other frames are queued behind it): post() it instead.
+    /// -ENOTCONN / -EINVAL / -ENOMEM as for post(). `on_lost(ctx, pe, result)` is kept
+    /// for the connection (the last one given) and called if its copies fail.
+    int post_copy(std::uint32_t pe, const frame_header& header, std::span<const std::byte> payload,
+                  lost_callback on_lost, void* ctx) noexcept;
     /// Sends what post() queued since the last flush on connections whose writer is idle,
     /// now, one non-blocking gather per connection, instead of on the writers' next turn
     /// (they were woken anyway; what a socket does not take stays theirs). Callbacks of the
@@ -207,6 +220,7 @@ public:
     std::string peer_name(std::uint32_t pe) const;
 
 private:
+    struct connection;
     struct done_flag {
         bool done = false;
         std::coroutine_handle<> waiter;
@@ -221,11 +235,11 @@ private:
         done_flag done;
         sent_callback on_sent = nullptr;  // set: a posted frame, owned by the mesh
         void* ctx = nullptr;
+        connection* copies_of = nullptr;  // set: the connection's entry of post_copy()
     };
     /// Completes a frame once: wakes its sender, or calls back and recycles a posted one.
     void complete(outgoing* o, int result);
     std::vector<std::unique_ptr<outgoing>> _spare;  // recycled posted frames
-    struct connection;
 
     task<void> establish_all();
     task<void> accept_all(std::size_t expected);
