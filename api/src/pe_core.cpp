@@ -368,6 +368,20 @@ void pe_core::on_peer_ready(std::uint32_t pe) {
     if (_opts.verbose && _lazy) print_path(pe);
 }
 
+// Messages the fast path copied for a connection that failed with them queued: as a failed
+// frame of the full path (frame_done), the job stops. Under ON_PEER_LOST=report the mesh's
+// failure already made the PE lost (lose_peer), and the copies are dropped, Converse
+// messages among them, as messages in a lost PE's ring are: unlike frame_done, which
+// still stops the job for a Converse send, nothing here says which API a copy came from.
+void pe_core::on_copies_lost(std::uint32_t pe, int result) {
+    if (_shut_down || _report_lost) return;
+    peer_lost(!_loss_text.empty()
+                  ? _loss_text
+                  : "PE " + std::to_string(_pe) + " could not send messages to PE " +
+                        std::to_string(pe) + ": " + std::strerror(-result) +
+                        " (that PE has exited or failed)");
+}
+
 void pe_core::print_path(std::uint32_t pe) {
     std::string how;
     for (const net::link_info& l : _mesh->links())

@@ -348,7 +348,9 @@ void layer::send_direct(std::uint32_t dest, const std::byte* buf, std::uint32_t 
 bool layer::try_send_now(std::uint32_t dest, const std::byte* buf, std::uint32_t size) noexcept {
     impl& m = *_impl;
     peer& p = m.peers[dest];
-    if (!p.out_ring || !p.sendable) return false;  // sendable: nothing waits for the set-up
+    if (!p.sendable) [[unlikely]]
+        return false;  // sends wait for the set-up
+    if (!p.out_ring) return copy_to_connection(dest, buf, size);
     if (m.ring_burst_write(dest, buf, size)) {
         ++_stats.stream_sends;
         ++_stats.burst_sends;
@@ -361,6 +363,46 @@ bool layer::try_send_now(std::uint32_t dest, const std::byte* buf, std::uint32_t
     if (!m.ring_write_now(dest, net::frame_type::standard, false, 0, bytes)) return false;
     ++_stats.stream_sends;
     return true;
+}
+
+// try_send_now to a peer on the connection: what send_direct() would post, copied into the
+// connection's entry of copies instead (no completion, no handle; the frames go when the
+// machine core flushes the mesh after the handler, as posted ones do). An eager slot frame
+// while the peer's short channel has a credit, else a stream frame. Persistent handles
+// and put channels take send(): they have more to decide.
+bool layer::copy_to_connection(std::uint32_t dest, const std::byte* buf,
+                               std::uint32_t size) noexcept {
+    impl& m = *_impl;
+    peer& p = m.peers[dest];
+    if (p.put_out || !m.eager.current.empty()) return false;
+    tcp_tx* sc = p.tcp_out.get();
+    const bool slot = sc && size <= sc->capacity && sc->credits > 0;
+    if (!slot && size > m.cfg.medium_boundary) return false;  // a rendezvous
+    net::frame_header h;
+    h.type = slot ? net::frame_type::eager_data : net::frame_type::standard;
+    h.tag = slot ? sc->channel : 0;
+    if (m.mesh->post_copy(dest, h, std::span<const std::byte>(buf, size), &impl::copies_lost, &m) <
+        0)
+        return false;
+    ++p.streamed;  // a message on the connection (stream_counts)
+    ++_stats.copied_sends;
+    if (slot) {
+        ++_stats.copied_slot_sends;
+        --sc->credits;
+        ++m.tcp_eager_sends;
+        ++m.eager.sends;
+    } else {
+        if (sc && size <= sc->capacity) {  // as tcp_eager_send counts a send it had to refuse
+            ++m.tcp_no_credit;
+            ++m.eager.no_credit;
+        }
+        ++_stats.stream_sends;
+    }
+    return true;
+}
+
+void layer::impl::copies_lost(void* ctx, std::uint32_t pe, int result) {
+    static_cast<impl*>(ctx)->up.on_copies_lost(pe, result);
 }
 
 // One frame on the stream path to `dest`: its ring when it is on this host and mapped,

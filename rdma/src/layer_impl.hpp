@@ -558,6 +558,8 @@ struct layer::impl {
     void eager_peer_lost(std::uint32_t pe);
     void eager_close();
     // over a connection (eager_tcp.cpp)
+    /// mesh::post_copy's lost_callback: up.on_copies_lost.
+    static void copies_lost(void* ctx, std::uint32_t pe, int result);
     bool tcp_eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
                         send_completion* done);
     void tcp_eager_open(std::uint32_t from);

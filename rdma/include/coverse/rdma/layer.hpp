@@ -71,6 +71,14 @@ public:
     virtual void on_notice(const std::string& text) = 0;
     /// The set-up with `pe` is done (stream path and providers chosen; path_to() says which).
     virtual void on_peer_ready(std::uint32_t pe) { (void)pe; }
+    /// Messages try_send_now() had copied for `pe`'s connection could not be sent (`result`,
+    /// -errno): the connection failed with them queued or being written (not when our own
+    /// shutdown stopped it). The machine core stops the job as for any failed send to a
+    /// lost PE.
+    virtual void on_copies_lost(std::uint32_t pe, int result) {
+        (void)pe;
+        (void)result;
+    }
 
 protected:
     ~upcalls() = default;
@@ -174,11 +182,13 @@ public:
               std::uint32_t root, send_completion* done);
 
     /// The small-message fast path: copies a message of at most MEDIUM bytes (not a
-    /// broadcast) into `dest`'s eager slot or ring right now and returns true — the send is
-    /// then complete, the buffer free, and no completion is called. False (nothing done)
-    /// when it cannot go at once: no shared-memory path to `dest`, earlier messages still
-    /// queued for it, a full ring; the caller then sends it with send(), in order behind
-    /// whatever went before.
+    /// broadcast) into `dest`'s eager slot or ring, or for a peer on the connection into
+    /// the frames it holds copied (mesh::post_copy, sent when the caller flushes), right
+    /// now and returns true — the send is then complete, the buffer free, and no
+    /// completion is called. False (nothing done) when it cannot go at once: earlier
+    /// messages still queued for it, a full ring, a connection whose copies are being
+    /// written, a persistent handle or put channel in use; the caller then sends it with
+    /// send(), in order behind whatever went before.
     bool try_send_now(std::uint32_t dest, const std::byte* buf, std::uint32_t size) noexcept;
 
     /// True when no rendezvous runs (either direction) and no stream send is queued.
@@ -301,6 +311,10 @@ public:
         /// Of those, sends by try_send_now that took the ring's burst path (lines asked for
         /// ahead): a message behind another to the same peer in one turn of the loop.
         std::uint64_t burst_sends = 0;
+        /// Sends by try_send_now to a peer on the connection (copied, mesh::post_copy),
+        /// eager slot frames among them.
+        std::uint64_t copied_sends = 0;
+        std::uint64_t copied_slot_sends = 0;  // of those, eager_data (a slot's credit spent)
         std::uint64_t rendezvous_sends = 0;
         std::uint64_t rendezvous_receives = 0;
         std::uint64_t split_copies = 0;  // rendezvous copied by both PEs at once
@@ -319,6 +333,8 @@ private:
     std::unique_ptr<impl> _impl;
     counters _stats;
 
+    /// try_send_now to a peer on the connection.
+    bool copy_to_connection(std::uint32_t dest, const std::byte* buf, std::uint32_t size) noexcept;
     /// send() to a peer whose set-up is done: the path by size and peer.
     void send_direct(std::uint32_t dest, const std::byte* buf, std::uint32_t size, bool broadcast,
                      std::uint32_t root, send_completion* done);
