@@ -111,20 +111,30 @@ message_stream::~message_stream() {
 }
 
 void message_stream::push(void* msg) {
-    if (auto* w = _waiters.pop_front()) {
-        auto* r = static_cast<receive_awaiter*>(w);
-        r->_msg = msg;  // handed over with the wake-up
-        // Called by the outermost handler call (not nested in another handler): the
-        // receiving task runs now, as a handler would. Else it runs from the ready queue,
-        // after whatever the caller still does (which may stop it: it then gives the
-        // message back).
-        if (_machine->_core->resume_inline_ok())
-            r->resume_now();
-        else
-            w->wake();
+    if (_waiters.empty()) {
+        _queue.push_back(msg);
         return;
     }
-    _queue.push_back(msg);
+    // Called by the outermost handler call (not nested in another handler): the receiving
+    // task runs now, as a handler would. Else it runs from the ready queue, after whatever
+    // the caller still does (which may stop it: it then gives the message back).
+    if (_machine->_core->resume_inline_ok()) [[likely]] {
+        auto* r = static_cast<receive_awaiter*>(_waiters.pop_front());
+        r->_msg = msg;
+        r->resume_now();
+        return;
+    }
+    _queue.reserve_one();  // may throw: nothing was handed out yet
+    hand_over_later(msg);
+}
+
+// The message goes to the first waiting receive with a wake-up; the room it may come back
+// to is reserved in the queue already (give_back).
+void message_stream::hand_over_later(void* msg) noexcept {
+    auto* r = static_cast<receive_awaiter*>(_waiters.pop_front());
+    r->_msg = msg;
+    r->_reserved = true;
+    r->wake();
 }
 
 // Messages that arrived together. With one task waiting (or none), that task gets the first
@@ -138,20 +148,39 @@ void message_stream::push(void* const* msgs, std::size_t n) {
             push(msgs[i]);
         return;
     }
-    _queue.push_back(msgs + 1, n - 1);  // the queue is empty while a task waits
-    push(msgs[0]);
+    if (_machine->_core->resume_inline_ok()) [[likely]] {
+        _queue.push_back(msgs + 1, n - 1);  // the queue is empty while a task waits
+        push(msgs[0]);
+        return;
+    }
+    _queue.reserve_one();  // before anything is queued: a bad_alloc changes nothing
+    try {
+        _queue.push_back(msgs + 1, n - 1);
+    } catch (...) {
+        _queue.unreserve_one();
+        throw;
+    }
+    hand_over_later(msgs[0]);
 }
 
-// A receive that will not take its message after all puts it back where it came from.
-// From noexcept clean-ups (receive_awaiter::leave): the queue always has room for 16 (a new
-// one, a drained one), so only a full one allocates here, and a bad_alloc then ends the PE.
-void message_stream::give_back(void* msg) {
+// A receive that will not take its message after all puts it back where it came from, from
+// noexcept clean-ups (receive_awaiter::leave) too, so it never allocates. A message handed
+// over by a wake-up has its room reserved (push); the room moves with it to the next
+// waiting receive. One taken from the queue by a receive that then found itself stopped
+// (try_now, then await_resume, with nothing between) goes back to the slot it just left,
+// and no receive waits then (try_now takes only when none does).
+void message_stream::give_back(void* msg, bool reserved) noexcept {
     if (auto* w = _waiters.pop_front()) {
-        static_cast<receive_awaiter*>(w)->_msg = msg;
+        auto* r = static_cast<receive_awaiter*>(w);
+        r->_msg = msg;
+        r->_reserved = reserved;
         w->wake();
         return;
     }
-    _queue.push_front(msg);
+    if (reserved)
+        _queue.push_front_reserved(msg);
+    else
+        _queue.push_front_again(msg);
 }
 
 std::uint32_t message_stream::credits_for(std::uint32_t pe) const noexcept {
@@ -211,7 +240,8 @@ void message_stream::receive_awaiter::enqueue() noexcept {
 // The receive's frame is destroyed while it waits, or after it was handed a message.
 void message_stream::receive_awaiter::leave() noexcept {
     this->leave_if_waiting();
-    if (_msg) _s.give_back(std::exchange(_msg, nullptr));  // woken, then its task was dropped
+    if (_msg)  // woken, then its task was dropped
+        _s.give_back(std::exchange(_msg, nullptr), std::exchange(_reserved, false));
 }
 
 // A wait that ended without a message (cancelled, a PE lost), or one stopped after the
@@ -221,7 +251,7 @@ message message_stream::receive_awaiter::resume_without_message() {
     check_cancelled();
     if (_lost != no_pe)
         throw peer_lost(_lost, "waiting for a message of handler " + std::to_string(_s._handler));
-    if (_msg) _s.give_back(std::exchange(_msg, nullptr));
+    if (_msg) _s.give_back(std::exchange(_msg, nullptr), std::exchange(_reserved, false));
     throw cancelled_error{};
 }
 

@@ -49,6 +49,7 @@ coverse::message_stream* st_go = nullptr;  // put_notify's cancelled note would 
 int st_go_handler = -1;
 coverse::task_scope* stop_target = nullptr;
 int stop_delivers_first = -1;  // the stopper's handler first delivers this handler's message
+int stop_delivers_count = 1;   // that many of them
 bool scope_task_done = false;
 
 coverse::task<void> receive_expecting_cancel(coverse::message_stream& s, bool* cancelled) {
@@ -314,24 +315,34 @@ coverse::task<void> cancellation(coverse::machine& m, streams st) {
         EXPECT(cancelled, "a stopped receive must throw cancelled_error", pe);
 
         // Stop after the message was handed to the waiting receive, before it ran again:
-        // the stopper's handler delivers the stream's message itself (CmiDeliverSpecificMsg,
-        // nested in that handler, so the receiving task is only woken), then requests the
-        // stop; the receive resumes already stopped and gives the message back. (Delivered
-        // by the loop itself, the message would resume the receive at once.)
+        // the stopper's handler delivers the stream's messages itself (CmiDeliverSpecificMsg,
+        // nested in that handler, so the receiving task is only woken and the 16 after it
+        // fill the stream's queue), then requests the stop; the receive resumes already
+        // stopped and gives its message back to the front, into the room the queue kept for
+        // it (message_queue::reserve_one). (Delivered by the loop itself, the message would
+        // resume the receive at once.)
         coverse::task_scope scope2("cancel after hand-off");
         stop_target = &scope2;
         stop_delivers_first = self.handler();
+        stop_delivers_count = 17;
         bool cancelled2 = false;
         scope2.spawn(receive_expecting_cancel(self, &cancelled2), "receive handed a message");
         co_await coverse::sleep_for(1ms);
         co_await m.send(me, stopper, std::span<const std::byte>{});
-        co_await m.send_value(me, self.handler(), std::uint32_t{77});
+        for (std::uint32_t v = 77; v < 77 + 17; ++v)
+            co_await m.send_value(me, self.handler(), v);
         co_await scope2.join();
+        stop_delivers_count = 1;
         EXPECT(stop_handler_hits == 1 && cancelled2, "the handed-over receive must be cancelled",
                pe);
-        auto back = self.try_next();
-        EXPECT(back && back->as<std::uint32_t>() == 77 && self.pending() == 0,
-               "the cancelled receive must give its message back", pe);
+        EXPECT(self.pending() == 17, "%zu messages pending after the give-back, not 17", pe,
+               self.pending());
+        for (std::uint32_t v = 77; v < 77 + 17; ++v) {
+            auto back = self.try_next();
+            EXPECT(back && back->as<std::uint32_t>() == v,
+                   "the cancelled receive must give its message back first (%u)", pe, v);
+        }
+        EXPECT(self.pending() == 0, "nothing left", pe);
     }
 }
 
@@ -1012,7 +1023,8 @@ coverse::task<void> entry(coverse::machine& m) {
     st.garbage = m.register_handler([](coverse::message) { ++garbage_hits; });
     st.stopper = m.register_handler([](coverse::message) {
         ++stop_handler_hits;
-        if (stop_delivers_first >= 0) CmiDeliverSpecificMsg(stop_delivers_first);
+        for (int i = 0; stop_delivers_first >= 0 && i < stop_delivers_count; ++i)
+            CmiDeliverSpecificMsg(stop_delivers_first);
         stop_target->request_stop();
     });
     co_await sends(m, st);

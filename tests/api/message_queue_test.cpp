@@ -111,6 +111,80 @@ TEST(message_queue, a_drained_backlog_gives_its_room_back) {
     }
 }
 
+// Room reserved for messages handed out (a receive woken, not yet run) is kept through
+// pushes: the pushes grow the ring, and a reserved message coming back never does — it may
+// come back from a noexcept clean-up, where a bad_alloc would end the PE.
+TEST(message_queue, a_reserved_message_comes_back_without_growing_the_ring) {
+    for (std::size_t reserved = 1; reserved <= 20; ++reserved) {
+        message_queue q;
+        for (std::size_t i = 0; i < reserved; ++i)
+            q.reserve_one();
+        EXPECT_EQ(q.reserved(), reserved);
+        const std::size_t cap = q.capacity();
+        EXPECT_GE(cap, reserved);
+        // Single pushes and a batch fill exactly what is not reserved.
+        std::uintptr_t next = 100;
+        std::vector<std::uintptr_t> want;
+        while (q.size() + q.reserved() + 3 <= cap) {
+            q.push_back(tag(next));
+            want.push_back(next++);
+        }
+        std::vector<void*> batch;
+        while (q.size() + batch.size() + q.reserved() < cap) {
+            batch.push_back(tag(next));
+            want.push_back(next++);
+        }
+        q.push_back(batch.data(), batch.size());
+        ASSERT_EQ(q.capacity(), cap) << reserved << " reserved: the pushes grew too early";
+        ASSERT_EQ(q.size() + q.reserved(), cap);
+        // Each reserved message comes back to the front, into the room kept for it.
+        for (std::size_t i = 0; i < reserved; ++i) {
+            q.push_front_reserved(tag(i + 1));
+            want.insert(want.begin(), i + 1);
+        }
+        EXPECT_EQ(q.capacity(), cap)
+            << reserved << " reserved: a message coming back grew the ring";
+        EXPECT_EQ(q.reserved(), 0u);
+        EXPECT_EQ(contents(q), want);
+        // Full now: the next push grows.
+        q.push_back(tag(next));
+        EXPECT_GT(q.capacity(), cap);
+    }
+    // Reserved room that is taken for good (the receive ran) is free for pushes again.
+    message_queue q;
+    q.reserve_one();
+    q.unreserve_one();
+    for (std::uintptr_t i = 0; i < message_queue::first_slots; ++i)
+        q.push_back(tag(i + 1));
+    EXPECT_EQ(q.capacity(), message_queue::first_slots);
+}
+
+// A message pop_front() took comes back to the front without growth, also when that pop
+// drained a large ring and gave its room back, and while room is reserved; a drained ring
+// is not shrunk below what is reserved plus one.
+TEST(message_queue, a_message_just_taken_goes_back_into_its_slot) {
+    for (const std::size_t reserved : {0, 1, 15, 16, 40}) {
+        message_queue q;
+        for (std::size_t i = 0; i < reserved; ++i)
+            q.reserve_one();
+        for (std::uintptr_t i = 1; i <= 5000; ++i)
+            q.push_back(tag(i));
+        for (std::uintptr_t i = 1; i < 5000; ++i)
+            q.pop_front();
+        void* last = q.front();
+        q.pop_front();  // drained: the ring may shrink here
+        const std::size_t cap = q.capacity();
+        EXPECT_GT(cap, reserved) << reserved << " reserved: no room left beside them";
+        q.push_front_again(last);
+        EXPECT_EQ(q.capacity(), cap) << reserved << " reserved";
+        EXPECT_EQ(q.front(), tag(5000));
+        EXPECT_EQ(q.reserved(), reserved);
+        if (reserved < message_queue::first_slots) {
+            EXPECT_EQ(cap, message_queue::first_slots) << "the drained ring gives its room back";
+        }
+    }
+}
+
 // A batch at every head position and fill of a 32-slot ring: short ones, ones that end exactly
 // at the ring's end or one past it, ones into a full ring, and ones that need the ring to
 // double more than once.

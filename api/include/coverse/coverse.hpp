@@ -230,6 +230,10 @@ public:
             if (!m || (_stop && _stop->stop_requested())) [[unlikely]]
                 return resume_without_message();
             _msg = nullptr;
+            if (_reserved) [[unlikely]] {  // taken for good: its room in the queue goes
+                _reserved = false;
+                _s._queue.unreserve_one();
+            }
             _s.taken(m);
             return message(m);
         }
@@ -246,6 +250,9 @@ public:
         }
         message_stream& _s;
         void* _msg = nullptr;
+        // _msg was handed over with a deferred wake-up: the queue keeps a slot for it to
+        // come back to (message_queue::reserve_one), so a give-back never allocates.
+        bool _reserved = false;
         const std::stop_token* _stop = nullptr;
         // Set by enqueue(), read only by a receive that waited.
         std::uint32_t _lost;    // woken by the loss of this PE (no_pe: not)
@@ -293,7 +300,10 @@ private:
     friend class machine;
     void push(void* msg);
     void push(void* const* msgs, std::size_t n);
-    void give_back(void* msg);
+    void give_back(void* msg, bool reserved) noexcept;
+    /// Hands `msg` to the first waiting receive by a wake-up, its room in the queue
+    /// reserved already.
+    void hand_over_later(void* msg) noexcept;
     // A message taken by a receive: a credited one (its header's flags say so) owes its
     // sender a credit.
     static constexpr std::uint32_t header_credit_bit = 0x2;  // detail::header_flag_stream_credit

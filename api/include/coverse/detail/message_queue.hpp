@@ -16,9 +16,10 @@ class message_queue {
 public:
     static constexpr std::size_t first_slots = 16;
 
-    /// Room for first_slots messages from the start (throws std::bad_alloc): a receive that
-    /// gives its message back into a queue with room (pushed to the front from a noexcept
-    /// clean-up) needs no allocation.
+    /// Room for first_slots messages from the start (throws std::bad_alloc). A message
+    /// handed to a receive that has not run yet keeps a slot reserved here (reserve_one),
+    /// so that a receive giving it back (push_front_reserved, from a noexcept clean-up)
+    /// never allocates: growth happens in the pushes before, which may throw.
     message_queue() : _slots(std::make_unique_for_overwrite<void*[]>(first_slots)) {}
     message_queue(const message_queue&) = delete;
     message_queue& operator=(const message_queue&) = delete;
@@ -28,22 +29,24 @@ public:
     /// Messages it has room for before it grows.
     std::size_t capacity() const noexcept { return _cap; }
     void* front() const noexcept { return _slots[_head]; }
+    /// Slots kept for messages handed out that may come back (reserve_one).
+    std::size_t reserved() const noexcept { return _reserved; }
     /// Not on an empty queue. A queue that drains after holding many gives their room back
-    /// (down to first_slots).
+    /// (down to first_slots, or what is reserved).
     void pop_front() noexcept {
         _head = (_head + 1) & (_cap - 1);
         if (--_count == 0 && _cap > keep_slots) [[unlikely]]
             release();
     }
     void push_back(void* m) {
-        if (_count == _cap) [[unlikely]]
+        if (_count + _reserved == _cap) [[unlikely]]
             grow(1);
         _slots[(_head + _count) & (_cap - 1)] = m;
         ++_count;
     }
     /// `n` messages at the back, in order.
     void push_back(void* const* ms, std::size_t n) {
-        if (_cap - _count < n) [[unlikely]]
+        if (_cap - _count - _reserved < n) [[unlikely]]
             grow(n);
         const std::size_t tail = (_head + _count) & (_cap - 1);
         const std::size_t first = std::min(n, _cap - tail);  // up to the ring's end, then on from 0
@@ -52,11 +55,31 @@ public:
         _count += n;
     }
     void push_front(void* m) {
-        if (_count == _cap) [[unlikely]]
+        if (_count + _reserved == _cap) [[unlikely]]
             grow(1);
-        _head = (_head - 1) & (_cap - 1);
-        _slots[_head] = m;
-        ++_count;
+        put_front(m);
+    }
+    /// Keeps room for one message to come back at the front later (throws std::bad_alloc
+    /// when the queue must grow for it, with nothing changed).
+    void reserve_one() {
+        if (_count + _reserved == _cap) [[unlikely]]
+            grow(1);
+        ++_reserved;
+    }
+    /// The reserved message comes back to the front: never allocates.
+    void push_front_reserved(void* m) noexcept {
+        --_reserved;
+        put_front(m);
+    }
+    /// The reserved message was taken for good.
+    void unreserve_one() noexcept { --_reserved; }
+    /// The message pop_front() just took comes back to the front: its slot is still free
+    /// (a drained ring shrinks only to one with room beyond what is reserved), so this does
+    /// not allocate.
+    void push_front_again(void* m) noexcept {
+        if (_count + _reserved == _cap) [[unlikely]]
+            grow(1);  // not reached (see above); in a noexcept caller a bad_alloc would end it
+        put_front(m);
     }
     /// Calls `f` on each message, front first.
     template <class F>
@@ -70,11 +93,16 @@ private:
     // it is kept, so bursts of up to 4096 messages do not allocate again.
     static constexpr std::size_t keep_slots = 4096;
 
-    // Room for `more` beyond what is queued: the capacity doubles until it fits, and the
-    // messages move to the start of the new ring in order.
+    void put_front(void* m) noexcept {
+        _head = (_head - 1) & (_cap - 1);
+        _slots[_head] = m;
+        ++_count;
+    }
+    // Room for `more` beyond what is queued and reserved: the capacity doubles until it
+    // fits, and the messages move to the start of the new ring in order.
     void grow(std::size_t more) {
         std::size_t cap = _cap * 2;
-        while (cap - _count < more)
+        while (cap - _count - _reserved < more)
             cap *= 2;
         auto slots = std::make_unique_for_overwrite<void*[]>(cap);
         for (std::size_t i = 0; i < _count; ++i)
@@ -83,8 +111,10 @@ private:
         _cap = cap;
         _head = 0;
     }
-    // To first_slots, when a small ring can be had (else the large one stays).
+    // To first_slots, when a small ring can be had and holds what is reserved with room
+    // to spare (else the large one stays).
     void release() noexcept {
+        if (_reserved >= first_slots) return;  // and room for one more: push_front_again
         std::unique_ptr<void*[]> small(new (std::nothrow) void*[first_slots]);
         if (!small) return;
         _slots = std::move(small);
@@ -96,6 +126,7 @@ private:
     std::size_t _cap = first_slots;  // a power of two
     std::size_t _head = 0;
     std::size_t _count = 0;
+    std::size_t _reserved = 0;  // _count + _reserved <= _cap
 };
 
 }  // namespace coverse::detail
