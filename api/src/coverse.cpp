@@ -246,12 +246,14 @@ void message_stream::receive_awaiter::leave() noexcept {
 
 // A wait that ended without a message (cancelled, a PE lost), or one stopped after the
 // message was handed over but before its task ran again (a timeout, a when_any loser): that
-// message goes back, and the receive is cancelled.
+// message goes back first, whatever is thrown (an awaiter awaited again after a cancelled
+// wait keeps that wait's state: the message must not stay with it), and the receive is
+// cancelled.
 message message_stream::receive_awaiter::resume_without_message() {
+    if (_msg) _s.give_back(std::exchange(_msg, nullptr), std::exchange(_reserved, false));
     check_cancelled();
     if (_lost != no_pe)
         throw peer_lost(_lost, "waiting for a message of handler " + std::to_string(_s._handler));
-    if (_msg) _s.give_back(std::exchange(_msg, nullptr), std::exchange(_reserved, false));
     throw cancelled_error{};
 }
 

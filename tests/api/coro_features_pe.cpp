@@ -24,6 +24,12 @@
 
 using namespace std::chrono_literals;
 
+// The stream's queue, seen from a test: the room it keeps for a message handed out.
+struct coverse::detail::stream_access {
+    static std::size_t reserved(const coverse::message_stream& s) { return s._queue.reserved(); }
+    static std::size_t capacity(const coverse::message_stream& s) { return s._queue.capacity(); }
+};
+
 namespace {
 
 #define EXPECT(cond, ...)                                                       \
@@ -50,6 +56,8 @@ int st_go_handler = -1;
 coverse::task_scope* stop_target = nullptr;
 int stop_delivers_first = -1;  // the stopper's handler first delivers this handler's message
 int stop_delivers_count = 1;   // that many of them
+coverse::message_stream* stop_stream = nullptr;  // then looks at its queue
+std::size_t stop_seen_reserved = 0, stop_seen_capacity = 0;
 bool scope_task_done = false;
 
 coverse::task<void> receive_expecting_cancel(coverse::message_stream& s, bool* cancelled) {
@@ -325,6 +333,7 @@ coverse::task<void> cancellation(coverse::machine& m, streams st) {
         stop_target = &scope2;
         stop_delivers_first = self.handler();
         stop_delivers_count = 17;
+        stop_stream = &self;
         bool cancelled2 = false;
         scope2.spawn(receive_expecting_cancel(self, &cancelled2), "receive handed a message");
         co_await coverse::sleep_for(1ms);
@@ -333,6 +342,16 @@ coverse::task<void> cancellation(coverse::machine& m, streams st) {
             co_await m.send_value(me, self.handler(), v);
         co_await scope2.join();
         stop_delivers_count = 1;
+        stop_stream = nullptr;
+        // The give-back used the room kept for it: nothing grew, nothing stays reserved.
+        EXPECT(stop_seen_reserved == 1 && stop_seen_capacity == 32,
+               "after the hand-over and 16 queued: %zu reserved, room for %zu (1, 32 expected)", pe,
+               stop_seen_reserved, stop_seen_capacity);
+        EXPECT(coverse::detail::stream_access::reserved(self) == 0 &&
+                   coverse::detail::stream_access::capacity(self) == stop_seen_capacity,
+               "after the give-back: %zu reserved, room for %zu", pe,
+               coverse::detail::stream_access::reserved(self),
+               coverse::detail::stream_access::capacity(self));
         EXPECT(stop_handler_hits == 1 && cancelled2, "the handed-over receive must be cancelled",
                pe);
         EXPECT(self.pending() == 17, "%zu messages pending after the give-back, not 17", pe,
@@ -1025,6 +1044,10 @@ coverse::task<void> entry(coverse::machine& m) {
         ++stop_handler_hits;
         for (int i = 0; stop_delivers_first >= 0 && i < stop_delivers_count; ++i)
             CmiDeliverSpecificMsg(stop_delivers_first);
+        if (stop_stream) {  // one handed out (its room kept), 16 queued: the ring grew for them
+            stop_seen_reserved = coverse::detail::stream_access::reserved(*stop_stream);
+            stop_seen_capacity = coverse::detail::stream_access::capacity(*stop_stream);
+        }
         stop_target->request_stop();
     });
     co_await sends(m, st);

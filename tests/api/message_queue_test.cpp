@@ -137,18 +137,32 @@ TEST(message_queue, a_reserved_message_comes_back_without_growing_the_ring) {
         if (!batch.empty()) q.push_back(batch.data(), batch.size());
         ASSERT_EQ(q.capacity(), cap) << reserved << " reserved: the pushes grew too early";
         ASSERT_EQ(q.size() + q.reserved(), cap);
+        // One more push, with the room reserved: it must grow rather than take that room.
+        q.push_back(tag(next));
+        want.push_back(next++);
+        const std::size_t grown = q.capacity();
+        ASSERT_GT(grown, cap) << reserved << " reserved: a push took the reserved room";
         // Each reserved message comes back to the front, into the room kept for it.
         for (std::size_t i = 0; i < reserved; ++i) {
             q.push_front_reserved(tag(i + 1));
             want.insert(want.begin(), i + 1);
         }
-        EXPECT_EQ(q.capacity(), cap)
-            << reserved << " reserved: a message coming back grew the ring";
+        EXPECT_EQ(q.capacity(), grown) << reserved << " reserved: a message coming back grew it";
         EXPECT_EQ(q.reserved(), 0u);
         EXPECT_EQ(contents(q), want);
-        // Full now: the next push grows.
-        q.push_back(tag(next));
-        EXPECT_GT(q.capacity(), cap);
+    }
+    // A batch one larger than the room not reserved grows the ring too.
+    for (std::size_t reserved = 1; reserved <= 16; ++reserved) {
+        message_queue q;
+        for (std::size_t i = 0; i < reserved; ++i)
+            q.reserve_one();
+        const std::size_t cap = q.capacity();
+        std::vector<void*> batch;
+        for (std::size_t i = 0; i < cap - reserved + 1; ++i)
+            batch.push_back(tag(i + 1));
+        q.push_back(batch.data(), batch.size());
+        EXPECT_GT(q.capacity(), cap) << reserved << " reserved: a batch took the reserved room";
+        EXPECT_EQ(q.size(), batch.size());
     }
     // Reserved room that is taken for good (the receive ran) is free for pushes again.
     message_queue q;

@@ -40,7 +40,8 @@ namespace coverse {
 
 namespace detail {
 class pe_core;
-}
+struct stream_access;  // defined by tests that look into a stream's queue
+}  // namespace detail
 
 /// A PE this operation needs has died (its process ended, its connection was reset or
 /// closed outside the disconnect handshake). Thrown only under ON_PEER_LOST=report; by
@@ -298,6 +299,7 @@ public:
 
 private:
     friend class machine;
+    friend struct detail::stream_access;  // tests: the queue's room and reservations
     void push(void* msg);
     void push(void* const* msgs, std::size_t n);
     void give_back(void* msg, bool reserved) noexcept;
