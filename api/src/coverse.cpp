@@ -119,13 +119,18 @@ void message_stream::push(void* msg) {
     // task runs now, as a handler would. Else it runs from the ready queue, after whatever
     // the caller still does (which may stop it: it then gives the message back).
     if (_machine->_core->resume_inline_ok()) [[likely]] {
-        auto* r = static_cast<receive_awaiter*>(_waiters.pop_front());
-        r->_msg = msg;
-        r->resume_now();
+        hand_over_now(msg);
         return;
     }
     _queue.reserve_one();  // may throw: nothing was handed out yet
     hand_over_later(msg);
+}
+
+// The message goes to the first waiting receive, whose task runs now.
+void message_stream::hand_over_now(void* msg) noexcept {
+    auto* r = static_cast<receive_awaiter*>(_waiters.pop_front());
+    r->_msg = msg;
+    r->resume_now();
 }
 
 // The message goes to the first waiting receive with a wake-up; the room it may come back
@@ -150,7 +155,7 @@ void message_stream::push(void* const* msgs, std::size_t n) {
     }
     if (_machine->_core->resume_inline_ok()) [[likely]] {
         _queue.push_back(msgs + 1, n - 1);  // the queue is empty while a task waits
-        push(msgs[0]);
+        hand_over_now(msgs[0]);
         return;
     }
     _queue.reserve_one();  // before anything is queued: a bad_alloc changes nothing

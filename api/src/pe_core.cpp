@@ -375,11 +375,7 @@ void pe_core::on_peer_ready(std::uint32_t pe) {
 // still stops the job for a Converse send, nothing here says which API a copy came from.
 void pe_core::on_copies_lost(std::uint32_t pe, int result) {
     if (_shut_down || _report_lost) return;
-    peer_lost(!_loss_text.empty()
-                  ? _loss_text
-                  : "PE " + std::to_string(_pe) + " could not send messages to PE " +
-                        std::to_string(pe) + ": " + std::strerror(-result) +
-                        " (that PE has exited or failed)");
+    send_failed(pe, result);
 }
 
 void pe_core::print_path(std::uint32_t pe) {

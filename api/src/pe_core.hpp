@@ -412,6 +412,7 @@ private:
     // Lazy connections: ++verbose, the launcher's notices (pe_core.cpp).
     void on_peer_ready(std::uint32_t pe) override;
     void on_copies_lost(std::uint32_t pe, int result) override;
+    [[noreturn]] void send_failed(std::uint32_t dest, int result);
     void print_path(std::uint32_t pe);
     static task<void> watch_launcher(pe_core* self);
     void on_launcher_notice(std::uint32_t pe, const std::string& text);

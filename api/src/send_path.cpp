@@ -125,6 +125,17 @@ void pe_core::frame_ticket::sent(int result) noexcept {
     core->frame_done(*this, result);
 }
 
+// A send to `dest` failed (-errno): the job stops, naming the loss that failed it (said
+// when it was found) or else the error.
+void pe_core::send_failed(std::uint32_t dest, int result) {
+    peer_lost(!_loss_text.empty()
+                  ? _loss_text
+                  : "PE " + std::to_string(_pe) + " could not send a message to PE " +
+                        std::to_string(dest) + ": " + std::strerror(-result) +
+                        (result == -ENOTCONN || result == -EPIPE ? " (that PE has exited or failed)"
+                                                                 : ""));
+}
+
 void pe_core::frame_done(frame_ticket& t, int result) {
     const std::uint32_t dest = t.dest;
     const std::uint32_t slot = t.slot;
@@ -139,14 +150,7 @@ void pe_core::frame_done(frame_ticket& t, int result) {
     // ON_PEER_LOST=report: a coroutine send's frame to a dead PE fails its send (the API
     // sees the PE lost); anything else still stops the job.
     const bool reported = _report_lost && !forward && _slots[slot].api;
-    if (result < 0 && !_shut_down && !reported)
-        peer_lost(!_loss_text.empty()  // the loss that failed it, said when it was found
-                      ? _loss_text
-                      : "PE " + std::to_string(_pe) + " could not send a message to PE " +
-                            std::to_string(dest) + ": " + std::strerror(-result) +
-                            (result == -ENOTCONN || result == -EPIPE
-                                 ? " (that PE has exited or failed)"
-                                 : ""));
+    if (result < 0 && !_shut_down && !reported) send_failed(dest, result);
     if (forward) {  // a broadcast forward: drop its reference to the buffer
         alloc::msg_free(forward);
         --_sends_in_flight;

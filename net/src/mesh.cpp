@@ -103,7 +103,9 @@ const char* to_string(connect_mode m) noexcept {
 
 struct mesh::connection {
     connection(mesh* m, std::uint32_t p, std::string n, frame_reader r)
-        : owner(m), pe(p), name(std::move(n)), reader(std::move(r)) {}
+        : owner(m), pe(p), name(std::move(n)), reader(std::move(r)) {
+        copies.copies_of = this;
+    }
     mesh* owner;
     std::uint32_t pe;
     std::string name;           // "PE 3 (127.0.0.1:40123)"
@@ -673,10 +675,8 @@ task<int> mesh::send(std::uint32_t pe, frame_header header, std::span<const std:
 }
 
 task<int> mesh::transmit(connection* c, frame_header header, std::span<const std::byte> payload) {
-    header.source_pe = _cfg.rank;
-    header.payload_length = static_cast<std::uint32_t>(payload.size());
     outgoing item;
-    encode_header(header, item.header);
+    encode_ours(header, payload.size(), item.header);
     item.payload = payload;
     c->queue.push_back(&item);  // behind every frame queued before: nothing is overtaken
     c->wake.set();
@@ -698,23 +698,37 @@ int mesh::post(std::uint32_t pe, const frame_header& header, std::span<const std
         o = std::move(_spare.back());
         _spare.pop_back();
     }
-    frame_header h = header;
-    h.source_pe = _cfg.rank;
-    h.payload_length = static_cast<std::uint32_t>(payload.size());
-    encode_header(h, o->header);
+    encode_ours(header, payload.size(), o->header);
     o->payload = payload;
     o->sent = 0;
     o->on_sent = on_sent;
     o->ctx = ctx;
     c->queue.push_back(o.release());
-    // The writer sends it on its next turn. If the caller flushes first (the machine core
-    // does when a handler returns), the frames posted since go at once, as one gather.
+    queued(c);
+    return 0;
+}
+
+// The header as we send it: from us, with the payload's length.
+void mesh::encode_ours(const frame_header& header, std::size_t payload_length,
+                       std::span<std::byte, header_size> out) const noexcept {
+    frame_header h = header;
+    h.source_pe = _cfg.rank;
+    h.payload_length = static_cast<std::uint32_t>(payload_length);
+    encode_header(h, out);
+}
+
+// A frame was posted on `c`: its writer sends it on its next turn. If the caller flushes
+// first (the machine core does when a handler returns), the frames posted since go at once,
+// as one gather.
+void mesh::queued(connection* c) noexcept {
     if (c->writer_idle && !c->flush_pending) {
-        c->flush_pending = true;
-        _flush.push_back(c);
+        try {
+            _flush.push_back(c);
+            c->flush_pending = true;
+        } catch (const std::bad_alloc&) {  // the writer, woken below, sends it
+        }
     }
     c->wake.set();
-    return 0;
 }
 
 int mesh::post_copy(std::uint32_t pe, const frame_header& header,
@@ -739,11 +753,8 @@ int mesh::post_copy(std::uint32_t pe, const frame_header& header,
         std::unique_ptr<std::byte[]> more(new (std::nothrow) std::byte[room]);
         if (!more) return -ENOMEM;
         if (c->copies_queued) std::memcpy(more.get(), c->copied.get(), o.payload.size());
-        c->copied = std::move(more);
+        c->copied = std::move(more);  // o.payload is set again below, on the new bytes
         c->copies_room = room;
-        o.copies_of = c;
-        if (c->copies_queued)
-            o.payload = std::span<const std::byte>(c->copied.get(), o.payload.size());
     }
     if (!c->copies_queued) {
         try {
@@ -755,28 +766,18 @@ int mesh::post_copy(std::uint32_t pe, const frame_header& header,
         o.payload = {};
         c->copies_queued = true;
     }
-    frame_header h = header;
-    h.source_pe = _cfg.rank;
-    h.payload_length = static_cast<std::uint32_t>(payload.size());
     std::byte* at = c->copied.get() + o.payload.size();
     if (kept == 0) {
-        encode_header(h, o.header);
+        encode_ours(header, payload.size(), o.header);
     } else {
-        encode_header(h, std::span<std::byte, header_size>(at, header_size));
+        encode_ours(header, payload.size(), std::span<std::byte, header_size>(at, header_size));
         at += header_size;
     }
     if (!payload.empty()) std::memcpy(at, payload.data(), payload.size());
     o.payload = std::span<const std::byte>(c->copied.get(), need);  // all after the first header
     c->copies_lost = on_lost;
     c->copies_ctx = ctx;
-    if (c->writer_idle && !c->flush_pending) {
-        try {
-            _flush.push_back(c);
-            c->flush_pending = true;
-        } catch (const std::bad_alloc&) {  // the writer, woken below, sends it
-        }
-    }
-    c->wake.set();
+    queued(c);
     return 0;
 }
 

@@ -79,8 +79,7 @@ bool layer::impl::tcp_eager_send(std::uint32_t dest, const std::byte* buf, std::
     if (!lc && (!sc || size > sc->capacity)) return false;
     tcp_tx& c = lc ? *lc : *sc;
     if (c.credits == 0) {
-        ++tcp_no_credit;
-        ++eager.no_credit;
+        tcp_credit_missing();
         return false;  // the stream path carries it, in order behind the eager frames
     }
     net::frame_header h;
@@ -92,15 +91,27 @@ bool layer::impl::tcp_eager_send(std::uint32_t dest, const std::byte* buf, std::
         done->sent(rc);
         return true;
     }
-    --c.credits;
     ++peers[dest].streamed;  // a message on the connection (stream_counts)
+    tcp_credit_spent(dest, c, lc != nullptr);
+    return true;
+}
+
+// An eager_data frame to `dest` took one of channel `c`'s slots (tcp_eager_send, or
+// try_send_now's copy).
+void layer::impl::tcp_credit_spent(std::uint32_t dest, tcp_tx& c, bool long_channel) noexcept {
+    --c.credits;
     ++tcp_eager_sends;
     ++eager.sends;
     if (trace::enabled())
         trace::emit(trace::kind::credit_spent, dest, 1,
-                    trace::credit_protocol(lc ? trace::protocol::eager_long
-                                              : trace::protocol::eager_short));
-    return true;
+                    trace::credit_protocol(long_channel ? trace::protocol::eager_long
+                                                        : trace::protocol::eager_short));
+}
+
+// A message its channel would hold found no credit: the stream path carries it.
+void layer::impl::tcp_credit_missing() noexcept {
+    ++tcp_no_credit;
+    ++eager.no_credit;
 }
 
 // A current persistent handle's long channel to `dest` that holds `size` (null: none; its

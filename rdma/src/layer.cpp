@@ -388,14 +388,9 @@ bool layer::copy_to_connection(std::uint32_t dest, const std::byte* buf,
     ++_stats.copied_sends;
     if (slot) {
         ++_stats.copied_slot_sends;
-        --sc->credits;
-        ++m.tcp_eager_sends;
-        ++m.eager.sends;
+        m.tcp_credit_spent(dest, *sc, false);
     } else {
-        if (sc && size <= sc->capacity) {  // as tcp_eager_send counts a send it had to refuse
-            ++m.tcp_no_credit;
-            ++m.eager.no_credit;
-        }
+        if (sc && size <= sc->capacity) m.tcp_credit_missing();  // as tcp_eager_send counts it
         ++_stats.stream_sends;
     }
     return true;

@@ -562,6 +562,8 @@ struct layer::impl {
     static void copies_lost(void* ctx, std::uint32_t pe, int result);
     bool tcp_eager_send(std::uint32_t dest, const std::byte* buf, std::uint32_t size,
                         send_completion* done);
+    void tcp_credit_spent(std::uint32_t dest, tcp_tx& c, bool long_channel) noexcept;
+    void tcp_credit_missing() noexcept;
     void tcp_eager_open(std::uint32_t from);
     int tcp_announce(std::uint32_t to, eager_kind kind, std::uint32_t channel, std::uint32_t handle,
                      const tcp_rx& c);

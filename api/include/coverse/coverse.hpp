@@ -303,8 +303,9 @@ private:
     void push(void* msg);
     void push(void* const* msgs, std::size_t n);
     void give_back(void* msg, bool reserved) noexcept;
-    /// Hands `msg` to the first waiting receive by a wake-up, its room in the queue
-    /// reserved already.
+    /// Hands `msg` to the first waiting receive: its task runs now, or (later) it is woken,
+    /// the message's room in the queue reserved already.
+    void hand_over_now(void* msg) noexcept;
     void hand_over_later(void* msg) noexcept;
     // A message taken by a receive: a credited one (its header's flags say so) owes its
     // sender a credit.

@@ -277,6 +277,11 @@ private:
     /// Appends what is left to send of a frame (header, payload) to a gather; its bytes.
     static std::size_t add_parts(const outgoing* o, std::vector<std::span<const std::byte>>& parts);
     void flush_queued() noexcept;
+    /// A frame was queued on `c` (post, post_copy): registers it for flush() while its
+    /// writer idles, and wakes the writer.
+    void queued(connection* c) noexcept;
+    void encode_ours(const frame_header& header, std::size_t payload_length,
+                     std::span<std::byte, header_size> out) const noexcept;
     std::vector<connection*> _flush;  // connections post() queued on while their writer idled
     std::vector<std::span<const std::byte>> _flush_parts;
     task<void> reader(connection* c);
