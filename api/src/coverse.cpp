@@ -728,8 +728,13 @@ task<void> run_entry(std::function<task<void>(machine&)>* entry, machine* m, int
     m->core().hold_deliveries(false);
     try {
         co_await (*entry)(*m);
-    } catch (const std::exception& e) {
-        CmiError("coverse: PE %u: the entry task failed: %s\n", m->pe(), e.what());
+    } catch (...) {
+        const std::string what =
+            "the entry task failed: " + exception_text(std::current_exception());
+        // Other PEs may be waiting on this one: waiting for them in the exit vote would hang
+        // the job. Alone, the PE returns 1 from run().
+        if (m->num_pes() > 1) m->core().fail_pe(what);
+        CmiError("coverse: PE %u: %s\n", m->pe(), what.c_str());
         *status = 1;
     }
     // The job does not end under tasks the program started: they may still send.

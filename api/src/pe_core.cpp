@@ -224,6 +224,14 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
             }
         }
     }
+
+    // Last, when nothing here can throw any more: a spawned task that throws fails this
+    // PE, which says so through the launcher (the default handler's abort() left the
+    // others to see a SIGABRT).
+    _previous_spawn_failure =
+        set_spawn_failure_handler([this](std::string_view name, std::exception_ptr e) {
+            fail_pe("spawned task '" + std::string(name) + "' failed: " + exception_text(e));
+        });
 }
 
 void pe_core::start_networked(const net::launch_info& info) {
@@ -451,6 +459,7 @@ pe_core::data_address pe_core::choose_data_address(const net::launch_info& info)
 
 pe_core::~pe_core() {
     if (!_shut_down) shutdown();
+    set_spawn_failure_handler(std::move(_previous_spawn_failure));
     _instance = nullptr;
 }
 
@@ -596,6 +605,17 @@ std::optional<std::string> pe_core::read_line() {
         std::fprintf(stderr, "coverse: PE %u aborted: %s\n", _pe, text.c_str());
     }
     std::fflush(nullptr);
+    std::_Exit(1);
+}
+
+[[noreturn]] void pe_core::fail_pe(const std::string& text) {
+    if (!_report_lost || _num_pes < 2) abort_job(text);
+    print("coverse: PE " + std::to_string(_pe) + " failed: " + text +
+              "; ON_PEER_LOST=report: it leaves the job, the other PEs go on\n",
+          true);
+    std::fflush(nullptr);
+    if (_trace) _trace->flush();
+    if (_rdma) _rdma->unlink_names(false);
     std::_Exit(1);
 }
 

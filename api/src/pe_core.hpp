@@ -311,6 +311,11 @@ public:
     void print(std::string_view text, bool to_stderr);
     std::optional<std::string> read_line();
     [[noreturn]] void abort_job(const std::string& text);
+    /// The program failed on this PE (its entry task or a spawned task threw): other PEs
+    /// may be waiting on it, so it does not wait for them in the exit vote. By default the
+    /// job stops as CmiAbort stops it; under ON_PEER_LOST=report this PE alone leaves with
+    /// status 1 and the others see it lost.
+    [[noreturn]] void fail_pe(const std::string& text);
 
     // ---- the hang report (doctor.cpp, docs/doctor.md) ------------------------------------
     const pe_activity& activity() const noexcept { return _activity; }
@@ -622,6 +627,9 @@ private:
     bool _long_idle_raised = false;
 
     std::vector<std::vector<int>> _groups;
+
+    // The handler a spawned task's failure went to before this PE's (restored at the end).
+    spawn_failure_handler _previous_spawn_failure;
 
     bool _receiving = false;
     bool _lazy = false;         // CONNECT=lazy

@@ -13,8 +13,9 @@ namespace coverse {
 namespace {
 std::mutex g_failure_mutex;
 spawn_failure_handler g_failure_handler;
+}  // namespace
 
-std::string describe(std::exception_ptr e) {
+std::string exception_text(std::exception_ptr e) {
     try {
         std::rethrow_exception(e);
     } catch (const std::exception& x) {
@@ -23,7 +24,6 @@ std::string describe(std::exception_ptr e) {
         return "a non-std exception";
     }
 }
-}  // namespace
 
 spawn_failure_handler set_spawn_failure_handler(spawn_failure_handler h) {
     std::lock_guard lock(g_failure_mutex);
@@ -42,7 +42,7 @@ void report_spawn_failure(std::string_view name, std::exception_ptr e) noexcept 
         return;
     }
     std::fprintf(stderr, "coverse: spawned task '%.*s' failed: %s\n", static_cast<int>(name.size()),
-                 name.data(), describe(e).c_str());
+                 name.data(), exception_text(e).c_str());
     std::abort();
 }
 }  // namespace detail

@@ -716,7 +716,9 @@ inline bool send_op::await_ready() {
 /// Starts this PE (launcher, mesh, handlers), runs `entry(machine)` on its scheduler while
 /// delivering Converse messages, waits for the tasks of machine::scope(), then shuts down
 /// (every send finished, disconnect handshake with every peer) and returns the exit status
-/// (0; non-zero when the entry threw).
+/// (0). An exception escaping the entry fails the PE: on a job of several PEs it does not
+/// return (the job stops; under ON_PEER_LOST=report this PE exits with status 1), alone it
+/// returns 1.
 int run(int argc, char** argv, std::function<task<void>(machine&)> entry);
 
 }  // namespace coverse

@@ -23,6 +23,8 @@ namespace coverse {
 using spawn_failure_handler = std::function<void(std::string_view name, std::exception_ptr)>;
 /// Installs a process-wide handler (null restores the default); returns the previous one.
 spawn_failure_handler set_spawn_failure_handler(spawn_failure_handler h);
+/// An exception's what(), or "a non-std exception": for the reports of failed tasks.
+std::string exception_text(std::exception_ptr e);
 
 class scheduler;
 

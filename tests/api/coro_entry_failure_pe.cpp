@@ -1,0 +1,80 @@
+// The program fails on one PE while the others wait on it (issue 15: an escaped exception is
+// reported, the job never hangs). Run by expect_pe_failure.sh through coverse-run.
+//
+// Usage: coro_entry_failure_pe entry|task
+//   entry  the last PE's entry task throws once every PE is past the start barrier
+//   task   the last PE spawns a task that throws, and its entry then waits on a stream
+//          no one sends to
+// Every other PE waits for a message from the last PE that never comes. With the default
+// ON_PEER_LOST the job must stop, naming the PE and the exception; with report each of them
+// must learn of the failed PE's loss (its receive throws peer_lost, or is_lost says so
+// before it waits) and finish. Before the fix, a failed entry sent
+// its PE into the exit vote and the job hung.
+#include <converse.h>
+
+#include <coverse/coverse.hpp>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+constexpr const char* expect_program = "coro_entry_failure";
+
+}  // namespace
+
+#include "pe_expect.hpp"
+
+namespace {
+
+std::string scenario;
+
+coverse::task<void> give_up(std::uint32_t pe) {
+    throw std::runtime_error("PE " + std::to_string(pe) + " gave up");
+    co_return;
+}
+
+coverse::task<void> entry(coverse::machine& m) {
+    coverse::message_stream& s = m.register_stream();
+    EXPECT(scenario == "entry" || scenario == "task", "unknown scenario '%s'", scenario.c_str());
+    co_await m.barrier();
+    const std::uint32_t failing = m.num_pes() - 1;
+    // The others tell the failing PE they are past the barrier: a collective still in
+    // progress on a PE fails with any PE's loss (docs/coroutines.md), which is not tested here.
+    if (m.pe() == failing) {
+        for (std::uint32_t p = 0; p < failing; ++p)
+            (void)co_await s.next();
+    } else {
+        co_await m.send_value(failing, s.handler(), 1);
+    }
+    if (m.pe() == failing) {
+        if (scenario == "entry") co_await give_up(m.pe());
+        m.spawn(give_up(m.pe()), "giving-up task");
+        (void)co_await s.next();  // nobody sends: only the failure ends this PE
+        EXPECT(false, "a message came from nowhere");
+    }
+    // A stream has no fixed sender: a receive that starts after this PE learnt of the loss
+    // waits for the others (docs/coroutines.md). The failure may be known by now.
+    if (m.is_lost(failing)) {
+        std::printf("PE %u learnt PE %u was lost (before its receive)\n", m.pe(), failing);
+    } else {
+        try {
+            (void)co_await s.next();
+            EXPECT(false, "PE %u sent a message it never sends", failing);
+        } catch (const coverse::peer_lost& e) {
+            EXPECT(e.pe() == failing, "peer_lost names PE %u, not PE %u", e.pe(), failing);
+            std::printf("PE %u learnt PE %u was lost (its receive threw peer_lost)\n", m.pe(),
+                        e.pe());
+        }
+    }
+    std::printf("PE %u finished\n", m.pe());
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc > 1) scenario = argv[1];  // first: runtime flags (++set ...) come after it
+    return coverse::run(argc, argv, entry);
+}
