@@ -199,17 +199,13 @@ std::uint32_t message_stream::owed_to(std::uint32_t pe) const noexcept {
     return pe < _owed.size() ? _owed[pe] : 0;
 }
 
-void message_stream::credit_taken(void* msg) {
+void message_stream::credits_owed(std::uint32_t from) {
     static_assert(header_credit_bit == detail::header_flag_stream_credit);
-    CmiMsgHeaderBasic* h = header_of(msg);
-    const std::uint32_t flags = h->flags;  // credited: taken() looked
-    const std::uint32_t from = flags >> source_shift;
-    h->flags = flags & ~(credit_flag | (~0u << source_shift));
+    static_assert(header_source_shift == detail::header_source_shift);
     // Sized for every PE at registration; a sender PE out of range is a peer's bug.
     if (from >= _owed.size()) [[unlikely]]
         return;
-    std::uint32_t& owed = _owed[from];
-    ++owed;
+    std::uint32_t& owed = _owed[from];  // counted by taken()
     if (owed >= _capacity) {
         // Every credit of that sender: back at once (it may be waiting for them now).
         _machine->return_credits(from, _handler, owed);
@@ -523,7 +519,7 @@ task<void> machine::send_bytes(std::uint32_t pe, std::span<const std::byte> byte
 
 // A small one that fits the peer's ring or eager slot has gone once it is there: no
 // frame, handle or completion. Inline in the sends below (a call less per 8 B hop).
-inline bool machine::send_small(std::uint32_t pe, message& msg) {
+[[gnu::always_inline]] inline bool machine::send_small(std::uint32_t pe, message& msg) {
     if (!_core->send_now_taking(pe, msg.get())) return false;
     (void)msg.release();  // freed by the core once it was copied
     if (_core->is_lost(pe)) [[unlikely]]

@@ -310,11 +310,20 @@ private:
     // A message taken by a receive: a credited one (its header's flags say so) owes its
     // sender a credit.
     static constexpr std::uint32_t header_credit_bit = 0x2;  // detail::header_flag_stream_credit
+    static constexpr std::uint32_t header_source_shift = 8;  // detail::header_source_shift
+    // Inline up to the common case, the credits owed to the sender still below their return
+    // point: a receive's path to the task's next send (the 8 B ping-pong beside the facade's).
     void taken(void* msg) {
-        if (static_cast<const CmiMsgHeaderBasic*>(msg)->flags & header_credit_bit)
-            credit_taken(msg);
+        auto* h = static_cast<CmiMsgHeaderBasic*>(msg);
+        const std::uint32_t flags = h->flags;
+        if (!(flags & header_credit_bit)) return;
+        const std::uint32_t from = flags >> header_source_shift;
+        h->flags = flags & ~(header_credit_bit | (~0u << header_source_shift));
+        if (from < _owed.size() && ++_owed[from] < _return_at) return;
+        credits_owed(from);
     }
-    void credit_taken(void* msg);
+    // The credits owed to `from` reached their return point (or `from` is out of range).
+    void credits_owed(std::uint32_t from);
     void lost(std::uint32_t pe, std::uint32_t index);
     static constexpr std::uint32_t no_pe = ~0u;
     machine* _machine = nullptr;
