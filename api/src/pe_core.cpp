@@ -609,14 +609,39 @@ std::optional<std::string> pe_core::read_line() {
 }
 
 [[noreturn]] void pe_core::fail_pe(const std::string& text) {
-    if (!_report_lost || _num_pes < 2) abort_job(text);
+    // Under a spawner (mpirun, srun, the CRM) the job stops as on CmiAbort: they end a job
+    // whose process exits non-zero (Slurm's PMIx plugin too, for a client gone without
+    // PMIx_Finalize), and ON_PEER_LOST=report is coverse-run's.
+    if (!_report_lost || _num_pes < 2 || !_launcher) abort_job(text);
+    static bool failing = false;  // a second failure while the first finishes its sends
+    std::fflush(stdout);          // its own lines before the report of its end
     print("coverse: PE " + std::to_string(_pe) + " failed: " + text +
               "; ON_PEER_LOST=report: it leaves the job, the other PEs go on\n",
           true);
+    if (!failing) {
+        failing = true;
+        // Sends still moving get a short while (a rendezvous waits for its get-done); what
+        // is queued on a connection goes to the kernel. Beyond that the others get what
+        // a dying PE's sends give them: a prefix, in order.
+        progress_briefly([this] { return _sends_in_flight == 0; }, std::chrono::seconds(1));
+        if (_mesh) _mesh->flush();
+    }
     std::fflush(nullptr);
     if (_trace) _trace->flush();
     if (_rdma) _rdma->unlink_names(false);
     std::_Exit(1);
+}
+
+bool pe_core::progress_briefly(const std::function<bool()>& done, clock::duration limit) {
+    bool expired = false;
+    timer_node deadline;
+    deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
+    deadline.context = &expired;
+    deadline.deadline = clock::now() + limit;
+    _sched->add_timer(deadline);
+    _sched->run_until([&] { return done() || expired; });
+    if (deadline.armed()) _sched->cancel_timer(deadline);
+    return !expired;
 }
 
 void pe_core::relay_abort(const std::string& text) {
@@ -635,14 +660,7 @@ void pe_core::relay_abort(const std::string& text) {
             ++posted;
     if (posted == 0) return;
     // A short while for the frames to leave (nested progress: handlers do not run).
-    bool expired = false;
-    timer_node deadline;
-    deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
-    deadline.context = &expired;
-    deadline.deadline = clock::now() + std::chrono::milliseconds(300);
-    _sched->add_timer(deadline);
-    _sched->run_until([&] { return done == posted || expired; });
-    if (deadline.armed()) _sched->cancel_timer(deadline);
+    progress_briefly([&] { return done == posted; }, std::chrono::milliseconds(300));
 }
 
 // ---------------------------------------------------------------------------------------

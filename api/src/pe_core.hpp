@@ -312,9 +312,10 @@ public:
     std::optional<std::string> read_line();
     [[noreturn]] void abort_job(const std::string& text);
     /// The program failed on this PE (its entry task or a spawned task threw): other PEs
-    /// may be waiting on it, so it does not wait for them in the exit vote. By default the
-    /// job stops as CmiAbort stops it; under ON_PEER_LOST=report this PE alone leaves with
-    /// status 1 and the others see it lost.
+    /// may be waiting on it, so it does not wait for them in the exit vote. By default, and
+    /// under a spawner (mpirun, srun, the CRM), the job stops as CmiAbort stops it; under
+    /// coverse-run with ON_PEER_LOST=report this PE alone leaves with status 1 (its sends in
+    /// flight get up to 1 s) and the others see it lost.
     [[noreturn]] void fail_pe(const std::string& text);
 
     // ---- the hang report (doctor.cpp, docs/doctor.md) ------------------------------------
@@ -527,6 +528,8 @@ private:
     [[noreturn]] void peer_lost(const std::string& text);
     /// abort_job without a launcher: the connected PEs hear why (an abort frame), briefly.
     void relay_abort(const std::string& text);
+    /// Nested progress (handlers do not run) until `done` or `limit`: false when it expired.
+    bool progress_briefly(const std::function<bool()>& done, clock::duration limit);
     std::string _loss_text;  // "PE 1 lost PE 3: ..." of the first loss that stops the job
 
     static pe_core* _instance;

@@ -388,7 +388,13 @@ void layer::unlink_names(bool whole_job) noexcept {
     for (auto& p : m.peers)
         if (p.in_ring) p.in_ring->unlink();
     if (m.bell) m.bell->unlink();
-    if (!whole_job || !m.shm_wanted) return;
+    if (!m.shm_wanted) return;
+    if (!whole_job) {
+        // Its own names: rings into it and eager channels it made ("coverse-KEY-PE-...").
+        net::remove_shm_entries(
+            std::string_view(pe_shm_prefix(m.cfg.job_key, m.cfg.rank)).substr(1));
+        return;
+    }
     // Rings, eager channels ("coverse-KEY-PE-...") and doorbells ("coverse-KEY-PE.bell") of
     // every PE of this job: all start "coverse-KEY-".
     net::remove_shm_entries(net::shm_name_prefix(m.cfg.job_key));

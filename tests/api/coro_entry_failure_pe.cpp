@@ -14,7 +14,9 @@
 
 #include <coverse/coverse.hpp>
 
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +27,8 @@ constexpr const char* expect_program = "coro_entry_failure";
 }  // namespace
 
 #include "pe_expect.hpp"
+
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -45,6 +49,10 @@ coverse::task<void> entry(coverse::machine& m) {
     if (m.pe() == failing) {
         for (std::uint32_t p = 0; p < failing; ++p)
             (void)co_await s.next();
+        // Its last words, sent just before it fails: under ON_PEER_LOST=report they must
+        // arrive (a failed PE gives its sends a while before it exits).
+        for (std::uint32_t p = 0; p < failing; ++p)
+            co_await m.send_value(p, s.handler(), 7);
     } else {
         co_await m.send_value(failing, s.handler(), 1);
     }
@@ -54,6 +62,10 @@ coverse::task<void> entry(coverse::machine& m) {
         (void)co_await s.next();  // nobody sends: only the failure ends this PE
         EXPECT(false, "a message came from nowhere");
     }
+    // Its last words come first, also when its loss is known already (queued before it).
+    std::optional<coverse::message> last = co_await s.next(10s);
+    EXPECT(last && last->as<int>() == 7, "PE %u's last message did not arrive", failing);
+    std::printf("PE %u got PE %u's last message\n", m.pe(), failing);
     // A stream has no fixed sender: a receive that starts after this PE learnt of the loss
     // waits for the others (docs/coroutines.md). The failure may be known by now.
     if (m.is_lost(failing)) {

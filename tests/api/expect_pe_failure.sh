@@ -3,8 +3,9 @@
 # PE's program fails (its entry task or a spawned task throws) while the others wait on it.
 #   abort:  (the default ON_PEER_LOST) the job must stop non-zero, coverse-run naming the PE
 #           and the exception; no PE may finish.
-#   report: every other PE must learn of its loss, finish and exit 0; the failed
-#           PE says why, and the job's status is its (non-zero).
+#   report: every other PE must get the message it sent just before it failed, learn of
+#           its loss, finish and exit 0; the failed PE says why, and the job's status is
+#           its (non-zero).
 # A hang is the bug this guards against: ctest's timeout fails it.
 # On 1 PE a failed entry is not a job's failure to stop: run() returns 1 (after saying why).
 # Usage: expect_pe_failure.sh abort|report <PEs> <coverse-run> <program> entry|task [++set ...]
@@ -48,6 +49,7 @@ fi
 grep -q "PE $failing failed: $why; ON_PEER_LOST=report" "$out" || fail "PE $failing does not say: $why"
 s=0
 while [ $s -lt $failing ]; do
+    grep -q "PE $s got PE $failing's last message" "$out" || fail "PE $s did not get PE $failing's last message"
     grep -q "PE $s learnt PE $failing was lost" "$out" || fail "PE $s did not learn of PE $failing's loss"
     grep -q "PE $s finished" "$out" || fail "PE $s did not finish"
     grep -q "PE $s of $npes (pid [0-9]*) exited with status 0" "$out" || fail "PE $s did not exit with status 0"

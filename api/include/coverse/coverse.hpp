@@ -545,7 +545,8 @@ public:
     // ---- structured concurrency ------------------------------------------------------------
     /// The machine's task scope: tasks started here run beside the entry task, and
     /// coverse::run waits for all of them before it shuts the PE down. An exception that
-    /// escapes one is reported with the task's name and stops the job.
+    /// escapes one is reported with the task's name and fails the PE: the job stops (under
+    /// coverse-run with ON_PEER_LOST=report, this PE leaves it; docs/coroutines.md).
     task_scope& scope() noexcept { return _scope; }
     void spawn(task<void> t, std::string name) { _scope.spawn(std::move(t), std::move(name)); }
 

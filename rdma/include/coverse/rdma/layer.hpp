@@ -197,8 +197,9 @@ public:
     void drain();
     /// Unmaps rings, stops the layer's tasks, releases providers. After the mesh shut down.
     void close();
-    /// Removes this PE's shared-memory names (doorbell, rings not yet mapped) without
-    /// closing anything: for a PE about to exit at once (CmiAbort). With `whole_job`, every
+    /// Removes this PE's shared-memory names (doorbell, rings into it, eager channels it
+    /// made) without closing anything: for a PE about to exit at once (CmiAbort, a failed
+    /// PE). With `whole_job`, every
     /// name of this job in /dev/shm, the other PEs' on this host too: the job is ending, and
     /// a resource manager may stop them with SIGKILL, which leaves theirs behind (Slurm
     /// after a PMIx_Abort). Mappings and open descriptors stay valid.
