@@ -23,6 +23,16 @@
 namespace coverse {
 
 namespace {
+// A spin-wait hint: the core slows this thread's polling (and gives a sibling hyperthread
+// its resources) for a few dozen cycles.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
 thread_local scheduler* t_current = nullptr;
 
 // A count setting (any spelling alloc::env_setting accepts); a malformed value is reported
@@ -75,6 +85,8 @@ scheduler_options scheduler_options::from_env() {
     o.use_io_uring = env_switch("IO_URING", o.use_io_uring);
     o.kernel_poll_every = static_cast<unsigned>(
         std::clamp(env_long("KERNEL_POLL_EVERY", o.kernel_poll_every), 1L, 1L << 20));
+    o.spin_pause =
+        static_cast<unsigned>(std::clamp(env_long("SPIN_PAUSE", o.spin_pause), 0L, 1000L));
     return o;
 }
 
@@ -391,6 +403,8 @@ void scheduler::step(loop_state& st) {
     // Keep polling while the spin budget lasts (a wake-up costs ~8 µs); the clock is read
     // only every 64 idle iterations so that spinning is mostly polling.
     if (_opts.yield_while_spinning) ::sched_yield();
+    for (unsigned i = 0; i < _opts.spin_pause; ++i)
+        cpu_relax();
     if ((++st.idle_polls & 63) != 0) return;
     const auto now = clock::now();
     if (now - st.idle_since < _opts.spin) return;

@@ -87,6 +87,13 @@ constexpr setting_info registry[] = {
      .default_value = "200",
      .meaning = "how long an idle scheduler keeps polling before it blocks",
      .layer = "runtime"},
+    {.name = "SPIN_PAUSE",
+     .type = vt::count,
+     .default_value = "1",
+     .meaning = "pause instructions a spinning scheduler runs after each poll that found "
+                "nothing (0: none): a peer writing into a ring this PE polls then keeps its "
+                "cache line between its stores",
+     .layer = "runtime"},
     {.name = "KERNEL_POLL_EVERY",
      .type = vt::count,
      .default_value = "16",

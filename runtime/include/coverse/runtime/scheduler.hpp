@@ -78,10 +78,16 @@ struct scheduler_options {
     /// comes through pollers (a system call costs 1-2 µs on the target machines, a
     /// shared-memory poll a few ns).
     unsigned kernel_poll_every = 16;
+    /// SPIN_PAUSE: pause instructions after each idle poll while spinning (x86 `pause`,
+    /// Arm `yield`; 0: none). Polled back to back, a ring's line was read away from the
+    /// peer between the stores of its write: one pause (~43 cycles here) made the 8 B
+    /// same-host one-way 4.6 % shorter (docs/perf.md, stop 38).
+    unsigned spin_pause = 1;
 
-    /// Defaults overridden by the settings SPIN_US, TASK_QUOTA and IO_URING (command line
-    /// or environment, see docs/settings.md: COVERSE_SPIN_US=50, COVERSE_IO_URING=0). A
-    /// malformed value is reported on stderr and the default kept.
+    /// Defaults overridden by the settings SPIN_US, SPIN_PAUSE, TASK_QUOTA, IO_URING and
+    /// KERNEL_POLL_EVERY (command line or environment, see docs/settings.md:
+    /// COVERSE_SPIN_US=50, COVERSE_IO_URING=0). A malformed value is reported on stderr and
+    /// the default kept.
     static scheduler_options from_env();
 };
 
