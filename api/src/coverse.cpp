@@ -279,6 +279,12 @@ std::optional<message> message_stream::try_next() {
 // ---- machine -----------------------------------------------------------------------------------
 
 machine::machine(detail::pe_core& c) : _core(&c) {
+    _credit_flush.fn = [](void* self) {
+        auto* m = static_cast<machine*>(self);
+        if (!m->_closing) m->return_due_credits();
+    };
+    _credit_flush.context = this;
+    _credit_flush.name = "stream credits";
     // Installed with the core, before any peer can send: a PE may get a credit or a
     // collective's message before its own tasks first use them.
     c.set_internal_handler(
@@ -404,27 +410,23 @@ void machine::return_credits(std::uint32_t to, int handler, std::uint32_t count)
 // Credits owed to a PE go back at half the stream's capacity. A task that took them often
 // answers that PE before it suspends (an acknowledgement, a reply): they then ride in that
 // copying send's header instead of a credit message of their own (stream_credit). What no
-// send took goes by a credit message from a task spawned when they came due, which runs
-// once the task that took them suspends, in whatever loop runs then (a nested one too: a
-// task that waits inside CmiDeliverSpecificMsg for what the sender sends after its next
-// window must not hold the credits that window needs). A credit message per window of a
-// stream cost the coroutine API's 8 B rate ~7 % (docs/perf.md, stop 29).
+// send took goes by a credit message from a deferred call (scheduler::defer), which runs
+// once the task that took them suspends, at the next turn of whatever loop runs then (a
+// nested one too: a task that waits inside CmiDeliverSpecificMsg for what the sender sends
+// after its next window must not hold the credits that window needs). A credit message per
+// window of a stream cost the coroutine API's 8 B rate ~7 % (docs/perf.md, stop 29); a
+// task spawned per return point instead of the deferred call, ~3 % (stop 38).
 void machine::credits_due(std::uint32_t pe, message_stream* stream) {
     _due_credits.emplace_back(pe, stream);
-    if (_due_flush_spawned || _closing) return;
-    _due_flush_spawned = true;
-    _core->sched().spawn(
-        [](machine* m) -> task<void> {
-            m->_due_flush_spawned = false;
-            if (!m->_closing) m->return_due_credits();
-            co_return;
-        }(this),
-        "stream credits");
+    if (_closing) return;
+    _core->sched().defer(_credit_flush);
 }
 
-// The PE shuts down: what is due goes now (its tasks are done), and nothing after.
+// The PE shuts down: what is due goes now (its tasks are done), and nothing after. Before
+// the scheduler goes (pe_core::shutdown): the deferred call leaves its queue here.
 void machine::close_credits() {
     if (_closing) return;
+    _core->sched().cancel_deferred(_credit_flush);
     return_due_credits();
     _closing = true;
 }

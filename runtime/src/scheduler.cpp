@@ -292,6 +292,51 @@ bool scheduler::run_ready() {
     return n > 0;
 }
 
+void scheduler::defer(deferred_call& c) noexcept {
+    if (c.queued) return;
+    c.queued = true;
+    c.next = nullptr;
+    if (_deferred_tail)
+        _deferred_tail->next = &c;
+    else
+        _deferred_head = &c;
+    _deferred_tail = &c;
+}
+
+void scheduler::cancel_deferred(deferred_call& c) noexcept {
+    if (!c.queued) return;
+    deferred_call* prev = nullptr;
+    for (deferred_call* at = _deferred_head; at != nullptr; prev = at, at = at->next) {
+        if (at != &c) continue;
+        (prev ? prev->next : _deferred_head) = c.next;
+        if (_deferred_tail == &c) _deferred_tail = prev;
+        break;
+    }
+    c.next = nullptr;
+    c.queued = false;
+}
+
+bool scheduler::run_deferred() {
+    // As many calls as are queued now, each off the queue before it runs (it may defer
+    // itself or others again: a call that always defers cannot hold the loop here).
+    std::size_t n = 0;
+    for (const deferred_call* c = _deferred_head; c != nullptr; c = c->next)
+        ++n;
+    for (; n > 0 && _deferred_head; --n) {
+        deferred_call* c = _deferred_head;
+        _deferred_head = c->next;
+        if (!_deferred_head) _deferred_tail = nullptr;
+        c->next = nullptr;
+        c->queued = false;
+        try {
+            c->fn(c->context);
+        } catch (...) {
+            detail::report_spawn_failure(c->name, std::current_exception());
+        }
+    }
+    return true;
+}
+
 void scheduler::post(void (*fn)(void*), void* arg) {
     if (!_remote.push(remote_item{fn, arg})) {
         std::fprintf(stderr, "coverse: cross-thread post failed: out of memory\n");
@@ -360,6 +405,7 @@ bool scheduler::run_once() {
     // notice a message is up to one of them: each step is guarded by a test of its own
     // queue, so an idle turn is a few loads and the pollers.
     bool did = !_ready.empty() && run_ready();
+    if (_deferred_head) did |= run_deferred();
     if (_end_turn) {
         // A task made something ready for the loop's caller (a message for a handler):
         // return to it now rather than after a trip into the kernel.
@@ -390,7 +436,7 @@ bool scheduler::run_once() {
 }
 
 void scheduler::step(loop_state& st) {
-    if (run_once() || !_ready.empty()) {
+    if (run_once() || !_ready.empty() || _deferred_head) {
         st.idle = false;
         return;
     }

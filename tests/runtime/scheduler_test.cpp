@@ -2,6 +2,8 @@
 // noisy), the task quota, pollers, user-handler delivery nesting, cross-thread posts.
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -102,6 +104,90 @@ TEST_F(scheduler_test, nested_sync_wait_inside_a_delivery_runs_no_other_delivery
     EXPECT_EQ(log, (std::vector<std::string>{"handler 1 begins", "nested work done",
                                              "handler 1 ends", "handler 2"}));
     EXPECT_FALSE(sched->in_delivery());
+}
+
+// A deferred call: once per defer, at the loop's next turn, in a nested loop too, not at
+// all once cancelled, and a call that defers itself does not hold the loop.
+TEST_F(scheduler_test, a_deferred_call_runs_once_at_the_next_turn_in_whatever_loop_runs) {
+    struct counter {
+        int runs = 0;
+        bool again = false;
+        scheduler* s = nullptr;
+        deferred_call call;
+    } a, b;
+    for (counter* c : {&a, &b}) {
+        c->s = &*sched;
+        c->call.context = c;
+        c->call.fn = [](void* p) {
+            auto* self = static_cast<counter*>(p);
+            ++self->runs;
+            if (self->again) self->s->defer(self->call);
+        };
+    }
+    sched->defer(a.call);
+    sched->defer(a.call);  // queued already: still once
+    EXPECT_TRUE(a.call.queued);
+    EXPECT_EQ(a.runs, 0);  // not before a turn
+    EXPECT_TRUE(sched->run_once());
+    EXPECT_EQ(a.runs, 1);
+    EXPECT_FALSE(a.call.queued);
+    sched->run_once();
+    EXPECT_EQ(a.runs, 1);
+
+    // Cancelled (the first of two, then the last of two): it never runs.
+    sched->defer(a.call);
+    sched->defer(b.call);
+    sched->cancel_deferred(a.call);
+    EXPECT_FALSE(a.call.queued);
+    sched->run_once();
+    EXPECT_EQ(a.runs, 1);
+    EXPECT_EQ(b.runs, 1);
+    sched->defer(a.call);
+    sched->defer(b.call);
+    sched->cancel_deferred(b.call);
+    sched->defer(b.call);  // queued again, behind a
+    sched->run_once();
+    EXPECT_EQ(a.runs, 2);
+    EXPECT_EQ(b.runs, 2);
+
+    // Deferring itself on every run: once per turn, and the loop goes on.
+    a.again = true;
+    sched->defer(a.call);
+    for (int turn = 1; turn <= 5; ++turn) {
+        sched->run_once();
+        EXPECT_EQ(a.runs, 2 + turn);
+    }
+    a.again = false;
+    sched->run_once();
+    EXPECT_EQ(a.runs, 8);
+    EXPECT_FALSE(a.call.queued);
+
+    // Deferred by a task that then waits in a nested loop (sync_wait inside it, as
+    // CmiDeliverSpecificMsg waits inside a handler): it runs there, before the task goes on.
+    bool ran_before_the_task_went_on = false;
+    sync_wait([](counter* c, bool* ok) -> task<void> {
+        c->s->defer(c->call);
+        const int before = c->runs;
+        sync_wait([]() -> task<void> { co_await sleep_for(std::chrono::milliseconds(1)); }());
+        *ok = c->runs == before + 1;
+        co_return;
+    }(&b, &ran_before_the_task_went_on));
+    EXPECT_TRUE(ran_before_the_task_went_on);
+}
+
+TEST_F(scheduler_test, a_deferred_call_that_throws_is_reported_with_its_name) {
+    std::string failed;
+    auto old = set_spawn_failure_handler([&](std::string_view name, std::exception_ptr e) {
+        failed = std::string(name) + ": " + exception_text(e);
+    });
+    deferred_call c;
+    c.name = "return the credits";
+    c.fn = [](void*) { throw std::runtime_error("no memory for the credit message"); };
+    sched->defer(c);
+    sched->run_once();
+    set_spawn_failure_handler(std::move(old));
+    EXPECT_EQ(failed, "return the credits: no memory for the credit message");
+    EXPECT_FALSE(c.queued);
 }
 
 TEST_F(scheduler_test, four_threads_post_a_million_items_each_none_lost_none_duplicated) {

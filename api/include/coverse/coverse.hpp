@@ -689,8 +689,9 @@ private:
     std::vector<std::unique_ptr<message_stream>> _streams;
     // Streams whose credits owed to a PE reached their return point: (PE, stream).
     std::vector<std::pair<std::uint32_t, message_stream*>> _due_credits;
-    bool _due_flush_spawned = false;  // a task will return them
-    bool _closing = false;            // the PE shuts down: close_credits() ran
+    // Returns what is due at the loop's next turn, once the task that took them suspended.
+    deferred_call _credit_flush;
+    bool _closing = false;  // the PE shuts down: close_credits() ran
     // By handler index (handlers are numbered from 0): every send looks its stream up.
     std::vector<message_stream*> _stream_by_handler;
     // The last bounded_credits answer: a task sending to one stream on one PE again and

@@ -60,6 +60,18 @@ struct timer_node {
     bool armed() const noexcept { return heap_index != static_cast<std::size_t>(-1); }
 };
 
+/// A call the loop makes once, at its next turn (in whatever loop runs then, a nested one
+/// too), owned by the caller and queued without allocating: for work that must wait until
+/// the running task suspends, such as returning the stream credits it took (a task spawned
+/// for it cost ~700 instructions). Kept alive by its owner while queued (cancel_deferred).
+struct deferred_call {
+    void (*fn)(void* context) = nullptr;  // may throw: reported like a failed spawned task
+    void* context = nullptr;
+    const char* name = "deferred call";
+    deferred_call* next = nullptr;
+    bool queued = false;
+};
+
 struct scheduler_options {
     /// How long an idle loop keeps polling before it blocks. A blocking wake-up costs
     /// about 8 µs on the target machines, a spin iteration well under one.
@@ -120,6 +132,12 @@ public:
     void add_timer(timer_node& t);
     void cancel_timer(timer_node& t) noexcept;
 
+    /// Queues `c` for the loop's next turn (nothing if queued already), behind the calls
+    /// queued before it. A call that defers itself runs again a turn later, not at once.
+    void defer(deferred_call& c) noexcept;
+    /// Takes `c` off the queue if it is there.
+    void cancel_deferred(deferred_call& c) noexcept;
+
     /// True while the pollers carry the data (every peer on shared memory): the reactor
     /// is then polled on every kernel_poll_every-th iteration with nothing to submit,
     /// instead of every one. Submissions always go at once.
@@ -155,11 +173,15 @@ public:
     /// expired timers, the reactor, the pollers, and deliveries when not nested.
     /// Returns whether anything ran.
     bool run_once();
-    /// Runs the ready tasks now (up to the quota), nothing else: for a dispatch loop whose
-    /// handler just woke the task that waits for its message (a coroutine stream), so that
-    /// the task runs before the next message is looked for, as a handler would have.
-    /// Returns whether any ran.
-    bool run_ready_now() { return !_ready.empty() && run_ready(); }
+    /// Runs the ready tasks now (up to the quota) and the deferred calls, nothing else: for
+    /// a dispatch loop whose handler just woke the task that waits for its message (a
+    /// coroutine stream), so that the task runs before the next message is looked for, as a
+    /// handler would have, and what it deferred follows it. Returns whether any ran.
+    bool run_ready_now() {
+        bool did = !_ready.empty() && run_ready();
+        if (_deferred_head) did |= run_deferred();
+        return did;
+    }
     /// Runs the loop (idle policy included) until `done()` is true.
     template <class Pred>
     void run_until(Pred done) {
@@ -250,6 +272,7 @@ private:
 
     void step(loop_state& st);
     bool run_ready();
+    bool run_deferred();
     bool drain_remote();
     bool fire_timers(clock::time_point now);
     bool poll_pollers();
@@ -264,6 +287,8 @@ private:
     scheduler_options _opts;
     scheduler* _previous = nullptr;  // the thread's scheduler before this one (nesting)
     std::deque<std::coroutine_handle<>> _ready;
+    deferred_call* _deferred_head = nullptr;
+    deferred_call* _deferred_tail = nullptr;
     std::vector<timer_node*> _timers;
     std::uint64_t _timer_seq = 0;
     std::vector<poller*> _pollers;
