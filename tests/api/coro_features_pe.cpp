@@ -526,7 +526,7 @@ coverse::task<void> credits_ride_test(coverse::machine& m, streams st) {
     const int pe = static_cast<int>(me);
     constexpr int windows = 50;
     co_await m.barrier();
-    // Credit returns the earlier tests left due go first (a task spawned for them).
+    // Credit returns the earlier tests left due go first (a deferred call returns them).
     co_await coverse::sleep_for(2ms);
     const coverse::machine::send_counters before = m.send_stats();
     coverse::task_scope server("window server");
