@@ -427,8 +427,10 @@ void machine::credits_due(std::uint32_t pe, message_stream* stream) {
 void machine::close_credits() {
     if (_closing) return;
     _core->sched().cancel_deferred(_credit_flush);
-    return_due_credits();
+    // Closing first: credits that come due while these go (a send's back-pressure runs
+    // the loop) join the list this drains instead of queueing the call again.
     _closing = true;
+    return_due_credits();
 }
 
 namespace {

@@ -85,8 +85,7 @@ scheduler_options scheduler_options::from_env() {
     o.use_io_uring = env_switch("IO_URING", o.use_io_uring);
     o.kernel_poll_every = static_cast<unsigned>(
         std::clamp(env_long("KERNEL_POLL_EVERY", o.kernel_poll_every), 1L, 1L << 20));
-    o.spin_pause =
-        static_cast<unsigned>(std::clamp(env_long("SPIN_PAUSE", o.spin_pause), 0L, 1000L));
+    o.spin_pause = static_cast<unsigned>(std::clamp(env_long("SPIN_PAUSE", o.spin_pause), 0L, 64L));
     return o;
 }
 
@@ -470,7 +469,7 @@ void scheduler::block(clock::time_point now) {
             wake_agreed();
             return;
         }
-    if (!_ready.empty()) {  // a try_sleep() may have made work ready
+    if (!_ready.empty() || _deferred_head) {  // a try_sleep() may have made work ready
         wake_agreed();
         return;
     }

@@ -91,9 +91,11 @@ constexpr setting_info registry[] = {
      .type = vt::count,
      .default_value = "1",
      .meaning = "pause instructions a spinning scheduler runs after each poll that found "
-                "nothing (0: none): a peer writing into a ring this PE polls then keeps its "
-                "cache line between its stores",
-     .layer = "runtime"},
+                "nothing (0: none; x86 pause, Arm yield, no effect elsewhere): a peer "
+                "writing into a ring this PE polls then keeps its cache line between its "
+                "stores",
+     .layer = "runtime",
+     .maximum = 64},
     {.name = "KERNEL_POLL_EVERY",
      .type = vt::count,
      .default_value = "16",

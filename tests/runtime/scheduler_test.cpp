@@ -175,6 +175,39 @@ TEST_F(scheduler_test, a_deferred_call_runs_once_at_the_next_turn_in_whatever_lo
     EXPECT_TRUE(ran_before_the_task_went_on);
 }
 
+// A call deferred while the loop decides to sleep (a poller's try_sleep) keeps it awake:
+// it runs before the 5 s timer that would otherwise end the sleep.
+TEST_F(scheduler_test, a_call_deferred_while_the_loop_goes_to_sleep_runs_without_the_sleep) {
+    struct deferring_poller : poller {
+        scheduler* s = nullptr;
+        deferred_call call;
+        bool deferred = false, ran = false;
+        bool poll() override { return false; }
+        bool try_sleep() override {
+            if (!deferred) {
+                deferred = true;
+                s->defer(call);
+            }
+            return true;
+        }
+    } p;
+    p.s = &*sched;
+    p.call.context = &p;
+    p.call.fn = [](void* self) { static_cast<deferring_poller*>(self)->ran = true; };
+    bool timer_fired = false;
+    timer_node t;
+    t.fire = [](timer_node* n) noexcept { *static_cast<bool*>(n->context) = true; };
+    t.context = &timer_fired;
+    t.deadline = clock::now() + std::chrono::seconds(5);
+    sched->add_timer(t);
+    sched->add_poller(p);
+    sched->run_until([&] { return p.ran || timer_fired; });
+    sched->remove_poller(p);
+    if (t.armed()) sched->cancel_timer(t);
+    EXPECT_TRUE(p.ran);
+    EXPECT_FALSE(timer_fired) << "the loop slept with a deferred call queued";
+}
+
 TEST_F(scheduler_test, a_deferred_call_that_throws_is_reported_with_its_name) {
     std::string failed;
     auto old = set_spawn_failure_handler([&](std::string_view name, std::exception_ptr e) {

@@ -91,9 +91,9 @@ struct scheduler_options {
     /// shared-memory poll a few ns).
     unsigned kernel_poll_every = 16;
     /// SPIN_PAUSE: pause instructions after each idle poll while spinning (x86 `pause`,
-    /// Arm `yield`; 0: none). Polled back to back, a ring's line was read away from the
-    /// peer between the stores of its write: one pause (~43 cycles here) made the 8 B
-    /// same-host one-way 4.6 % shorter (docs/perf.md, stop 38).
+    /// Arm `yield`, nothing elsewhere; 0: none; at most 64). Polled back to back, a ring's line was
+    /// read away from the peer between the stores of its write: one pause (~43 cycles here) made
+    /// the 8 B same-host one-way 4.6 % shorter (docs/perf.md, stop 38).
     unsigned spin_pause = 1;
 
     /// Defaults overridden by the settings SPIN_US, SPIN_PAUSE, TASK_QUOTA, IO_URING and
@@ -169,8 +169,9 @@ public:
     /// the loop's caller, e.g. a received message its handler should see at once. The
     /// skipped steps run in the next iteration.
     void end_turn() noexcept { _end_turn = true; }
-    /// One loop iteration without blocking: ready tasks (up to the quota), remote posts,
-    /// expired timers, the reactor, the pollers, and deliveries when not nested.
+    /// One loop iteration without blocking: ready tasks (up to the quota), deferred calls,
+    /// remote posts, expired timers, the reactor, the pollers, and deliveries when not
+    /// nested.
     /// Returns whether anything ran.
     bool run_once();
     /// Runs the ready tasks now (up to the quota) and the deferred calls, nothing else: for
