@@ -39,15 +39,13 @@ public:
             release();
     }
     void push_back(void* m) {
-        if (_count + _reserved == _cap) [[unlikely]]
-            grow(1);
+        make_room(1);
         _slots[(_head + _count) & (_cap - 1)] = m;
         ++_count;
     }
     /// `n` messages at the back, in order.
     void push_back(void* const* ms, std::size_t n) {
-        if (_cap - _count - _reserved < n) [[unlikely]]
-            grow(n);
+        make_room(n);
         const std::size_t tail = (_head + _count) & (_cap - 1);
         const std::size_t first = std::min(n, _cap - tail);  // up to the ring's end, then on from 0
         std::memcpy(_slots.get() + tail, ms, first * sizeof(void*));
@@ -55,15 +53,13 @@ public:
         _count += n;
     }
     void push_front(void* m) {
-        if (_count + _reserved == _cap) [[unlikely]]
-            grow(1);
+        make_room(1);
         put_front(m);
     }
     /// Keeps room for one message to come back at the front later (throws std::bad_alloc
     /// when the queue must grow for it, with nothing changed).
     void reserve_one() {
-        if (_count + _reserved == _cap) [[unlikely]]
-            grow(1);
+        make_room(1);
         ++_reserved;
     }
     /// The reserved message comes back to the front: never allocates.
@@ -77,9 +73,7 @@ public:
     /// (a drained ring shrinks only to one with room beyond what is reserved), so this does
     /// not allocate.
     void push_front_again(void* m) noexcept {
-        if (_count + _reserved == _cap) [[unlikely]]
-            grow(1);  // not reached (see above); in a noexcept caller a bad_alloc would end it
-        put_front(m);
+        push_front(m);  // never grows (see above); if it did, a bad_alloc here would end the PE
     }
     /// Calls `f` on each message, front first.
     template <class F>
@@ -98,8 +92,14 @@ private:
         _slots[_head] = m;
         ++_count;
     }
-    // Room for `more` beyond what is queued and reserved: the capacity doubles until it
-    // fits, and the messages move to the start of the new ring in order.
+    // Room for `more` beyond what is queued and reserved (throws std::bad_alloc, with
+    // nothing changed, when the ring must grow for it).
+    void make_room(std::size_t more) {
+        if (_cap - _count - _reserved < more) [[unlikely]]
+            grow(more);
+    }
+    // The capacity doubles until `more` fits, and the messages move to the start of the new
+    // ring in order.
     void grow(std::size_t more) {
         std::size_t cap = _cap * 2;
         while (cap - _count - _reserved < more)
