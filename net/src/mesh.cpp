@@ -918,19 +918,17 @@ task<void> mesh::reader(connection* c) {
     while (!c->failed) {
         std::span<std::byte> window = c->reader.payload_window();
         const bool direct = window.size() >= direct_receive_min;
-        // A large payload of known length is received in place, in one request.
+        // A large payload of known length is received in place, in one request; anything
+        // else is decoded where it arrives (take_bytes), until such a payload comes.
         const int n = direct ? co_await c->s->recv_all(window)
-                             : co_await c->s->recv_some(std::span<std::byte>(buf));
+                             : co_await c->s->recv_each(std::span<std::byte>(buf),
+                                                        net::recv_sink{&mesh::take_bytes, c});
         if (n > 0) {
             if (direct) {
                 c->reader.commit_payload(static_cast<std::size_t>(n));
                 if (c->reader.has_frame()) deliver(c, c->reader.take_frame());
-            } else {
-                c->reader.feed_all(
-                    std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)),
-                    [&](frame&& f) { deliver(c, std::move(f)); });
+                if (c->reader.failed()) fail(c, describe(c->reader.error(), c->name));
             }
-            if (c->reader.failed()) fail(c, describe(c->reader.error(), c->name));
             continue;
         }
         if (n == 0) {
@@ -950,6 +948,17 @@ task<void> mesh::reader(connection* c) {
         break;
     }
     c->reader_done.set();
+}
+
+// The reader's sink: bytes from the socket, decoded and handed out at once (from the loop's
+// poll while the stream spins). Goes on while no large payload waits to be received in
+// place and nothing failed.
+bool mesh::take_bytes(void* conn, std::span<const std::byte> bytes) {
+    auto* c = static_cast<connection*>(conn);
+    mesh& m = *c->owner;
+    c->reader.feed_all(bytes, [&](frame&& f) { m.deliver(c, std::move(f)); });
+    if (c->reader.failed()) m.fail(c, describe(c->reader.error(), c->name));
+    return !c->failed && c->reader.payload_window().size() < direct_receive_min;
 }
 
 void mesh::deliver(connection* c, frame f) {

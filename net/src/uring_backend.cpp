@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -332,24 +333,42 @@ socket_op<Prep> on(socket_state& s, Prep prep) noexcept {
 // receive, which wakes a sleeping loop: the awaiting coroutine is resumed once, with the
 // result, and never touches the stream between the two stages. It is in the socket's list
 // in both stages, so close() and the owner's destructor end it before the fd closes.
+//
+// With a sink (recv_each), bytes that arrive while spinning go to the sink from the poll
+// itself and the receive spins on: no task is resumed and nothing re-registered per
+// arrival. It ends when the sink says so, or as above; bytes that come by the ring stage
+// are the awaiter's, which hands them to the sink itself.
 class spin_receive final : public socket_request, public poller {
 public:
-    spin_receive(socket_state& s, std::span<std::byte> buf) noexcept
-        : socket_request(s), _buf(buf) {}
+    spin_receive(socket_state& s, std::span<std::byte> buf, recv_sink sink = {}) noexcept
+        : socket_request(s), _buf(buf), _sink(sink) {}
     ~spin_receive() {
         leave();    // the frame went while spinning: unhook, resume nobody
         abandon();  // or while in the ring: cancel and reap
     }
 
+    /// The sink asked to stop (the awaited result is then 0 and means nothing else).
+    [[nodiscard]] bool sink_stopped() const noexcept { return _sink_stopped; }
+    /// What the sink threw, for the awaiter to rethrow; null if nothing.
+    [[nodiscard]] const std::exception_ptr& sink_failure() const noexcept { return _sink_failure; }
+
     bool poll() override {
         const int r = try_recv();
+        if (r > 0 && _sink.take) return hand_over(static_cast<std::size_t>(r));
         if (r != -EAGAIN) return finish(r);
         if (_stop && _stop->stop_requested()) return finish(-ECANCELED);
         // The clock is read every 16th empty poll: a read costs about a tenth of the recv.
-        if ((++_empty_polls & 15) == 0 && coverse::clock::now() >= _deadline) {
-            leave();
-            to_ring(_stop);
-            return true;
+        // After bytes came, that reading starts the budget again.
+        if ((++_empty_polls & 15) == 0) {
+            const auto now = coverse::clock::now();
+            if (_restart_budget) {
+                _restart_budget = false;
+                _deadline = now + state().sched->options().spin;
+            } else if (now >= _deadline) {
+                leave();
+                to_ring(_stop);
+                return true;
+            }
         }
         return false;
     }
@@ -359,6 +378,7 @@ public:
     /// loop asks each of them would make it skip the next one.)
     bool try_sleep() override {
         _deadline = coverse::clock::time_point::min();
+        _restart_budget = false;
         _empty_polls = 15;
         return false;
     }
@@ -398,6 +418,24 @@ private:
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
     }
 
+    /// n bytes arrived in the buffer while spinning: the sink's.
+    bool hand_over(std::size_t n) noexcept {
+        bool more = false;
+        try {
+            more = _sink(std::span<const std::byte>(_buf.data(), n));
+        } catch (...) {
+            _sink_failure = std::current_exception();
+        }
+        if (!_spinning) return true;  // the sink closed the stream: it ended there
+        if (!more || _sink_failure) {
+            _sink_stopped = true;
+            return finish(0);
+        }
+        _empty_polls = 0;
+        _restart_budget = true;
+        return true;
+    }
+
     bool finish(int result) noexcept {
         if (!_spinning) return false;
         leave();
@@ -414,10 +452,14 @@ private:
     }
 
     std::span<std::byte> _buf;
+    recv_sink _sink;
+    std::exception_ptr _sink_failure;
     const std::stop_token* _stop = nullptr;
     coverse::clock::time_point _deadline{};
     unsigned _empty_polls = 0;
     bool _spinning = false;
+    bool _restart_budget = false;
+    bool _sink_stopped = false;
 };
 
 void socket_state::add(tracked_request* r) noexcept {
@@ -810,6 +852,7 @@ public:
     int try_send(std::span<const std::span<const std::byte>> parts) noexcept override;
     task<int> recv_all(std::span<std::byte> buf) override;
     task<int> recv_some(std::span<std::byte> buf) override;
+    task<int> recv_each(std::span<std::byte> buf, recv_sink sink) override;
     void shutdown_send() noexcept override {
         if (_state.fd >= 0) ::shutdown(_state.fd, SHUT_WR);
     }
@@ -978,6 +1021,23 @@ task<int> uring_stream::recv_some(std::span<std::byte> buf) {
     if (_cfg.recv_spin) co_return co_await spin_receive(_state, buf.first(len));
     co_return co_await on(
         _state, [p, len](io_uring_sqe* sqe, int fd) { io_uring_prep_recv(sqe, fd, p, len, 0); });
+}
+
+task<int> uring_stream::recv_each(std::span<std::byte> buf, recv_sink sink) {
+    // Multishot (when asked for) serves every receive; without the spinning receive there
+    // is no poll to hand bytes over from.
+    if (!_cfg.recv_spin || (_cfg.recv_multishot && !_multishot_failed))
+        co_return co_await stream::recv_each(buf, sink);
+    buf = buf.first(std::min(buf.size(), max_request_bytes));
+    for (;;) {
+        spin_receive r(_state, buf, sink);
+        const int n = co_await r;
+        if (r.sink_failure()) std::rethrow_exception(r.sink_failure());
+        if (r.sink_stopped()) co_return 1;
+        if (n <= 0) co_return n;
+        // The ring stage's bytes (the loop had stopped spinning).
+        if (!sink(buf.first(static_cast<std::size_t>(n)))) co_return 1;
+    }
 }
 
 task<int> uring_stream::recv_all(std::span<std::byte> buf) {

@@ -596,6 +596,131 @@ TEST_P(transport_test, a_recv_frame_destroyed_after_the_loop_ran_lets_go_of_its_
     run(later_bytes_still_arrive(p));
 }
 
+// ---- recv_each: bytes handed to a sink as they come --------------------------------------
+
+// Keeps what it is given and asks for more until it holds `want` bytes; counts arrivals.
+struct collecting_sink {
+    explicit collecting_sink(std::size_t w) : want(w) {}
+    std::vector<std::byte> got;
+    std::size_t want;
+    unsigned calls = 0;
+    std::uint64_t resumed_first = 0, resumed_last = 0;  // the loop's resumptions, at calls
+    static bool take(void* self, std::span<const std::byte> bytes) {
+        auto* s = static_cast<collecting_sink*>(self);
+        s->resumed_last = scheduler::current()->stats().resumed;
+        if (s->calls++ == 0) s->resumed_first = s->resumed_last;
+        s->got.insert(s->got.end(), bytes.begin(), bytes.end());
+        return s->got.size() < s->want;
+    }
+    recv_sink sink() { return recv_sink{&take, this}; }
+};
+
+// Pieces sent back to back and after pauses (with the loop's 20 µs spin, a 2 ms pause puts
+// the receive in the ring) all reach the sink, in order and whole. Once the sink has what
+// it wants the receive returns 1, and the bytes after that are still the stream's.
+task<void> recv_each_body(backend* net, reactor* ring, bool pauses) {
+    auto p = co_await connected_pair(net);
+    constexpr std::size_t first = 20'000, total = 30'000;
+    const auto data = pattern(total);
+    const std::uint64_t in_ring = ring ? ring->in_flight() : 0;
+    auto sender = [](stream* s, const std::vector<std::byte>* d, bool pause) -> task<int> {
+        std::size_t at = 0;
+        for (const std::size_t len : {1u, 23u, 1000u, 4000u, 7u, 9000u, 5969u, 10'000u}) {
+            if (pause && (at == 24 || at == 5031)) co_await sleep_for(2ms);
+            if (const int r = co_await send_one(s, std::span(*d).subspan(at, len)); r != 0)
+                co_return r;
+            at += len;
+        }
+        co_return 0;
+    };
+    collecting_sink sink(first);
+    std::vector<std::byte> buf(4096);  // a 9000-byte piece takes several arrivals
+    auto [n, sent] = co_await when_all(p.second->recv_each(buf, sink.sink()),
+                                       sender(p.first.get(), &data, pauses));
+    EXPECT_EQ(n, 1) << "the sink asked to stop: " << err(n);
+    EXPECT_EQ(sent, 0) << err(sent);
+    EXPECT_GE(sink.got.size(), first);
+    EXPECT_GT(sink.calls, 1u) << "one receive, several arrivals";
+    if (ring && !pauses) {
+        EXPECT_EQ(ring->in_flight(), in_ring) << "a spinning receive put a request in the ring";
+        // Handed over from the poll: the receiving task is not resumed for each arrival.
+        EXPECT_LT(sink.resumed_last - sink.resumed_first, sink.calls - 1)
+            << sink.calls << " arrivals";
+    }
+    auto rest = co_await recv_exactly(p.second.get(), total - sink.got.size());
+    sink.got.insert(sink.got.end(), rest.begin(), rest.end());
+    EXPECT_TRUE(sink.got == data) << "bytes through the sink arrived altered or out of order";
+    co_await close_both(p);
+}
+
+TEST_P(transport_test, recv_each_hands_every_arrival_to_its_sink_in_order) {
+    run(recv_each_body(net.get(), sched->io(), true));
+}
+
+// A sink that throws ends the receive; the exception reaches its awaiter, and the stream
+// goes on.
+task<void> recv_each_throw_body(backend* net) {
+    auto p = co_await connected_pair(net);
+    auto thrower = [](void*, std::span<const std::byte>) -> bool {
+        throw std::runtime_error("the sink could not take it");
+    };
+    require(co_await send_text(p.first.get(), "first") == 0, "send first");
+    std::vector<std::byte> buf(64);
+    std::string caught;
+    try {
+        (void)co_await p.second->recv_each(buf, recv_sink{thrower, nullptr});
+    } catch (const std::runtime_error& e) {
+        caught = e.what();
+    }
+    EXPECT_EQ(caught, "the sink could not take it");
+    co_await later_bytes_still_arrive(p);
+}
+
+TEST_P(transport_test, an_exception_from_a_sink_reaches_the_receive_awaiter) {
+    run(recv_each_throw_body(net.get()));
+}
+
+// The peer's end of stream ends the receive with 0, after the sink had the bytes before it.
+task<void> recv_each_eof_body(backend* net) {
+    auto p = co_await connected_pair(net);
+    require(co_await send_text(p.first.get(), "last") == 0, "send last");
+    p.first->shutdown_send();
+    collecting_sink sink(100);
+    std::vector<std::byte> buf(64);
+    EXPECT_EQ(co_await p.second->recv_each(buf, sink.sink()), 0);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(sink.got.data()), sink.got.size()), "last");
+    co_await close_both(p);
+}
+
+TEST_P(transport_test, recv_each_returns_zero_at_the_end_of_the_stream) {
+    run(recv_each_eof_body(net.get()));
+}
+
+// close() and a stop request end a waiting recv_each with -ECANCELED; the sink saw nothing.
+task<void> recv_each_cancel_body(backend* net) {
+    auto p = co_await connected_pair(net);
+    collecting_sink sink(100);
+    std::vector<std::byte> buf(64);
+    auto stopped = co_await with_timeout(p.second->recv_each(buf, sink.sink()), 20ms);
+    EXPECT_TRUE(stopped.has_value() && *stopped == -ECANCELED)
+        << (stopped ? err(*stopped) : "no result");
+    require(co_await send_text(p.first.get(), "after") == 0, "send after");
+    EXPECT_EQ(co_await recv_text(p.second.get(), 5), "after");
+    auto closer = [](stream* s) -> task<void> {
+        co_await sleep_for(5ms);
+        co_await s->close();
+    };
+    auto [r, none] =
+        co_await when_all(p.second->recv_each(buf, sink.sink()), closer(p.second.get()));
+    EXPECT_EQ(r, -ECANCELED) << err(r);
+    EXPECT_EQ(sink.calls, 0u);
+    co_await close_both(p);
+}
+
+TEST_P(transport_test, close_or_a_stop_request_cancels_a_recv_each) {
+    run(recv_each_cancel_body(net.get()));
+}
+
 // ---- spinning receive only --------------------------------------------------------------
 
 // The loop spins for 10 s before it sleeps, so a receive stays in its spinning stage (a
@@ -666,6 +791,16 @@ TEST_P(spin_test, a_frame_destroyed_while_spinning_unhooks_its_receive) {
         t = {};  // a poller left behind would read into `buf` after it is gone
     }
     run(later_bytes_still_arrive(p));
+}
+
+// While the loop spins, every arrival goes to the sink from the poll: no ring request, and
+// one receive serves them all.
+TEST_P(spin_test, recv_each_hands_arrivals_to_its_sink_while_spinning) {
+    run(recv_each_body(net.get(), sched->io(), false));
+}
+
+TEST_P(spin_test, close_or_a_stop_request_cancels_a_spinning_recv_each) {
+    run(recv_each_cancel_body(net.get()));
 }
 
 // More receivers than spin at once (4): the rest wait in the ring, and all get their bytes.

@@ -286,6 +286,7 @@ private:
     std::vector<std::span<const std::byte>> _flush_parts;
     task<void> reader(connection* c);
     void deliver(connection* c, frame f);
+    static bool take_bytes(void* connection, std::span<const std::byte> bytes);
     void fail(connection* c, const std::string& why);
     void wake_receiver() noexcept;
     task<void> disconnect(connection* c);

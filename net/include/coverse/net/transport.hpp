@@ -33,6 +33,14 @@ struct io_result {
     explicit operator bool() const noexcept { return error == 0; }
 };
 
+/// Where stream::recv_each hands received bytes: `take(ctx, bytes)` consumes all of them
+/// and returns whether to go on receiving.
+struct recv_sink {
+    bool (*take)(void* ctx, std::span<const std::byte> bytes) = nullptr;
+    void* ctx = nullptr;
+    bool operator()(std::span<const std::byte> bytes) const { return take(ctx, bytes); }
+};
+
 /// One connected stream socket (TCP_NODELAY) on one backend. Not thread-safe: used by the
 /// tasks of the scheduler that created it. One send_all and one recv_some may be in flight
 /// at a time (a sender task and a receiver task per connection).
@@ -63,6 +71,20 @@ public:
     /// The default is recv_some.
     virtual task<int> recv_all(std::span<std::byte> buf) { return recv_some(buf); }
 
+    /// Receives bytes as they come and hands each arrival to `sink`, until the sink asks
+    /// to stop (returns 1), the peer's end of stream (0) or an error (-errno; -ECANCELED
+    /// after close()). For a reader that decodes as it goes: a backend that reads the
+    /// socket from the loop's poll (io_uring's spinning receive) calls the sink right there,
+    /// with no task resumed per arrival. The default receives with recv_some and calls the
+    /// sink from this task. An exception from the sink ends the receive and reaches its
+    /// awaiter.
+    virtual task<int> recv_each(std::span<std::byte> buf, recv_sink sink) {
+        for (;;) {
+            const int n = co_await recv_some(buf);
+            if (n <= 0) co_return n;
+            if (!sink(buf.first(static_cast<std::size_t>(n)))) co_return 1;
+        }
+    }
     /// Half-closes our sending side: after our data, the peer's receive returns 0.
     virtual void shutdown_send() noexcept = 0;
 
