@@ -39,6 +39,7 @@
 #include <coverse/alloc/config.hpp>
 #include <coverse/net/transport.hpp>
 #include <coverse/runtime/reactor.hpp>
+#include <coverse/runtime/scope.hpp>
 
 namespace coverse::net {
 
@@ -343,8 +344,9 @@ public:
     spin_receive(socket_state& s, std::span<std::byte> buf, recv_sink sink = {}) noexcept
         : socket_request(s), _buf(buf), _sink(sink) {}
     ~spin_receive() {
-        leave();    // the frame went while spinning: unhook, resume nobody
-        abandon();  // or while in the ring: cancel and reap
+        if (_alive) *_alive = false;  // gone inside its sink's nested loop (hand_over)
+        leave();                      // the frame went while spinning: unhook, resume nobody
+        abandon();                    // or while in the ring: cancel and reap
     }
 
     /// The sink asked to stop (the awaited result is then 0 and means nothing else).
@@ -353,10 +355,14 @@ public:
     [[nodiscard]] const std::exception_ptr& sink_failure() const noexcept { return _sink_failure; }
 
     bool poll() override {
+        // Not again from a loop that its own sink runs: the buffer and the sink's state are
+        // in use further up the stack.
+        if (_in_sink) return false;
+        // Before reading: bytes that keep coming must not outrun a stop request.
+        if (_stop && _stop->stop_requested()) return finish(-ECANCELED);
         const int r = try_recv();
         if (r > 0 && _sink.take) return hand_over(static_cast<std::size_t>(r));
         if (r != -EAGAIN) return finish(r);
-        if (_stop && _stop->stop_requested()) return finish(-ECANCELED);
         // The clock is read every 16th empty poll: a read costs about a tenth of the recv.
         // After bytes came, that reading starts the budget again.
         if ((++_empty_polls & 15) == 0) {
@@ -418,14 +424,27 @@ private:
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
     }
 
-    /// n bytes arrived in the buffer while spinning: the sink's.
+    /// n bytes arrived in the buffer while spinning: the sink's. A sink may run a nested
+    /// loop (a PE stopping the job relays its reason that way), in which this request may
+    /// end (close, cancel) and even be destroyed with its task's frame: `alive` says so.
     bool hand_over(std::size_t n) noexcept {
         bool more = false;
+        bool alive = true;
+        std::exception_ptr failure;
+        _alive = &alive;
+        _in_sink = true;
         try {
             more = _sink(std::span<const std::byte>(_buf.data(), n));
         } catch (...) {
-            _sink_failure = std::current_exception();
+            failure = std::current_exception();
         }
+        if (!alive) {  // nobody awaits it any more: said like a failed task's
+            if (failure) coverse::detail::report_spawn_failure("a stream's receive sink", failure);
+            return true;
+        }
+        _alive = nullptr;
+        _in_sink = false;
+        _sink_failure = failure;
         if (!_spinning) return true;  // the sink closed the stream: it ended there
         if (!more || _sink_failure) {
             _sink_stopped = true;
@@ -454,6 +473,8 @@ private:
     std::span<std::byte> _buf;
     recv_sink _sink;
     std::exception_ptr _sink_failure;
+    bool* _alive = nullptr;  // hand_over's, while its sink runs
+    bool _in_sink = false;
     const std::stop_token* _stop = nullptr;
     coverse::clock::time_point _deadline{};
     unsigned _empty_polls = 0;
@@ -1026,6 +1047,7 @@ task<int> uring_stream::recv_some(std::span<std::byte> buf) {
 task<int> uring_stream::recv_each(std::span<std::byte> buf, recv_sink sink) {
     // Multishot (when asked for) serves every receive; without the spinning receive there
     // is no poll to hand bytes over from.
+    if (!sink.take) throw std::invalid_argument("stream::recv_each: the sink has no take function");
     if (!_cfg.recv_spin || (_cfg.recv_multishot && !_multishot_failed))
         co_return co_await stream::recv_each(buf, sink);
     buf = buf.first(std::min(buf.size(), max_request_bytes));

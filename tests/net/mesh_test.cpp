@@ -472,6 +472,74 @@ TEST_P(mesh_test, garbage_after_the_hello_closes_that_connection_with_a_clear_er
     EXPECT_NE(err.find("magic"), std::string::npos) << err;
 }
 
+// Frames that arrive together with an invalid one: the ones before it are handed out, in
+// order, and none after it. PE 1 sends four frames in one write, the third from
+// `forged_source`; returns the payloads PE 0 received and, in `error`, why it failed PE 1.
+std::vector<std::string> deliveries_around_a_bad_frame(backend_kind kind,
+                                                       std::uint32_t forged_source,
+                                                       std::string* error, std::string* skip) {
+    scheduler s(options_for(kind));
+    auto pe = make_pe(s, kind, skip);
+    if (!pe.b) return {};
+    skip->clear();
+    std::vector<std::byte> bytes;
+    auto add = [&](std::uint32_t source, const std::string& text) {
+        frame_header h;
+        h.type = frame_type::standard;
+        h.source_pe = source;
+        h.payload_length = static_cast<std::uint32_t>(text.size());
+        const auto head = encode_header(h);
+        bytes.insert(bytes.end(), head.begin(), head.end());
+        for (const char ch : text)
+            bytes.push_back(static_cast<std::byte>(ch));
+    };
+    add(1, "first");
+    add(1, "second");
+    add(forged_source, "forged");
+    add(1, "after");
+    const mesh_config cfg = fake_peer_job(pe.l->local());
+    backend* b = pe.b.get();
+    const endpoint at = pe.l->local();
+    mesh m(*b, std::move(pe.l), cfg);
+    std::string fake_error;
+    std::vector<std::string> got;
+    m.on_peer_failure([&](std::uint32_t, const std::string& why) { *error = why; });
+    sync_wait([](mesh* mp, backend* bp, endpoint to, std::vector<std::byte> after,
+                 std::string* ferr, std::vector<std::string>* out) -> task<void> {
+        task_scope peer("fake peer");
+        peer.spawn(fake_peer(bp, to, std::move(after), true, ferr), "fake peer");
+        co_await mp->establish();
+        auto r = co_await with_timeout(
+            [](mesh* m2, std::vector<std::string>* o) -> task<void> {
+                try {
+                    while (auto f = co_await m2->receive()) {
+                        const auto p = f->frame.payload_bytes();
+                        o->emplace_back(reinterpret_cast<const char*>(p.data()), p.size());
+                    }
+                } catch (const mesh_error&) {
+                }
+            }(mp, out),
+            5s);
+        (void)r;
+        co_await peer.join();
+    }(&m, b, at, std::move(bytes), &fake_error, &got));
+    sync_wait(m.shutdown());
+    return got;
+}
+
+TEST_P(mesh_test, frames_before_an_invalid_one_in_the_same_arrival_are_delivered_none_after) {
+    for (const std::uint32_t forged : {0u, 5u}) {  // PE 0 is us; PE 5 is not in the job
+        std::string error, skip = "(not run)";
+        const auto got = deliveries_around_a_bad_frame(GetParam(), forged, &error, &skip);
+        if (!skip.empty()) GTEST_SKIP() << skip;
+        EXPECT_EQ(got, (std::vector<std::string>{"first", "second"})) << "forged PE " << forged;
+        EXPECT_NE(
+            error.find(forged == 0 ? "claims to come from PE 0" : "source PE 5 is out of range"),
+            std::string::npos)
+            << error;
+    }
+}
+
 TEST_P(mesh_test, a_peer_closing_mid_frame_is_reported) {
     bool skipped = false;
     std::string reason;

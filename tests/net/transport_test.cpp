@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 #include <coverse/test/scoped_env.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -721,6 +723,92 @@ TEST_P(transport_test, close_or_a_stop_request_cancels_a_recv_each) {
     run(recv_each_cancel_body(net.get()));
 }
 
+// A stop request ends a recv_each while the peer keeps sending: the bytes do not keep it
+// going. The flood goes on until the receive has returned and its end closed (or for 5 s,
+// which fails).
+task<void> recv_each_stop_under_flood_body(backend* net) {
+    auto p = co_await connected_pair(net);
+    bool received_done = false, flood_ran_out = false;
+    auto flood = [](stream* s, const bool* done, bool* ran_out) -> task<int> {
+        const std::vector<std::byte> piece(512, std::byte{1});
+        const auto end = coverse::clock::now() + 5s;
+        while (!*done) {
+            if (coverse::clock::now() >= end) {
+                *ran_out = true;
+                break;
+            }
+            // The receiver closes its end once its receive returned: a send then fails.
+            if (const int r = co_await send_one(s, piece); r != 0) co_return *done ? 0 : r;
+        }
+        co_return 0;
+    };
+    collecting_sink sink(std::numeric_limits<std::size_t>::max());
+    std::vector<std::byte> buf(4096);
+    auto receiver = [](stream* s, std::vector<std::byte>* b, collecting_sink* k,
+                       bool* done) -> task<int> {
+        auto r = co_await with_timeout(s->recv_each(*b, k->sink()), 10ms);
+        *done = true;
+        co_await s->close();  // a send the flood has waiting on a full socket fails now
+        co_return r ? *r : 1;
+    };
+    auto [r, sent] = co_await when_all(receiver(p.second.get(), &buf, &sink, &received_done),
+                                       flood(p.first.get(), &received_done, &flood_ran_out));
+    EXPECT_EQ(r, -ECANCELED) << err(r);
+    EXPECT_EQ(sent, 0) << err(sent);
+    EXPECT_FALSE(flood_ran_out) << "the receive went on for as long as bytes came ("
+                                << sink.got.size() << " bytes)";
+    co_await close_both(p);
+}
+
+TEST_P(transport_test, a_stop_request_ends_a_recv_each_while_bytes_keep_coming) {
+    run(recv_each_stop_under_flood_body(net.get()));
+}
+
+// A sink that runs a nested loop (as a PE that stops the job does, relaying its reason) is
+// not called again from it, and no byte is lost or reordered.
+struct nesting_sink {
+    collecting_sink inner{11};
+    int depth = 0, max_depth = 0;
+    static bool take(void* self, std::span<const std::byte> bytes) {
+        auto* s = static_cast<nesting_sink*>(self);
+        s->max_depth = std::max(s->max_depth, ++s->depth);
+        if (s->inner.calls == 0)  // 2 ms of a nested loop; the loop's timer ends it
+            sync_wait([]() -> task<void> { co_await sleep_for(2ms); }());
+        const bool more = collecting_sink::take(&s->inner, bytes);
+        --s->depth;
+        return more;
+    }
+};
+
+task<void> recv_each_nested_loop_body(backend* net) {
+    auto p = co_await connected_pair(net);
+    require(co_await send_text(p.first.get(), "one") == 0, "send one");
+    require(co_await send_text(p.first.get(), "two") == 0, "send two");
+    nesting_sink sink;
+    std::vector<std::byte> buf(3);  // an arrival per 3 bytes: more wait during the nested loop
+    auto more = [](stream* s) -> task<int> { co_return co_await send_text(s, "three"); };
+    auto [r, sent] = co_await when_all(
+        p.second->recv_each(buf, recv_sink{&nesting_sink::take, &sink}), more(p.first.get()));
+    EXPECT_EQ(r, 1) << err(r);
+    EXPECT_EQ(sent, 0) << err(sent);
+    EXPECT_EQ(sink.max_depth, 1) << "the sink was called again from its own nested loop";
+    EXPECT_EQ(
+        std::string(reinterpret_cast<const char*>(sink.inner.got.data()), sink.inner.got.size()),
+        "onetwothree");
+    co_await close_both(p);
+}
+
+TEST_P(transport_test, a_sink_running_a_nested_loop_is_not_called_again_from_it) {
+    run(recv_each_nested_loop_body(net.get()));
+}
+
+TEST_P(transport_test, a_recv_each_without_a_take_function_is_refused) {
+    auto p = sync_wait(connected_pair(net.get()));
+    std::vector<std::byte> buf(8);
+    EXPECT_THROW((void)sync_wait(p.second->recv_each(buf, recv_sink{})), std::invalid_argument);
+    run(close_both(p));
+}
+
 // ---- spinning receive only --------------------------------------------------------------
 
 // The loop spins for 10 s before it sleeps, so a receive stays in its spinning stage (a
@@ -801,6 +889,14 @@ TEST_P(spin_test, recv_each_hands_arrivals_to_its_sink_while_spinning) {
 
 TEST_P(spin_test, close_or_a_stop_request_cancels_a_spinning_recv_each) {
     run(recv_each_cancel_body(net.get()));
+}
+
+TEST_P(spin_test, a_stop_request_ends_a_spinning_recv_each_while_bytes_keep_coming) {
+    run(recv_each_stop_under_flood_body(net.get()));
+}
+
+TEST_P(spin_test, a_spinning_sink_running_a_nested_loop_is_not_called_again_from_it) {
+    run(recv_each_nested_loop_body(net.get()));
 }
 
 // More receivers than spin at once (4): the rest wait in the ring, and all get their bytes.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -77,8 +78,12 @@ public:
     /// socket from the loop's poll (io_uring's spinning receive) calls the sink right there,
     /// with no task resumed per arrival. The default receives with recv_some and calls the
     /// sink from this task. An exception from the sink ends the receive and reaches its
-    /// awaiter.
+    /// awaiter. A stop request ends it with -ECANCELED even while bytes keep coming. The
+    /// sink may run a nested loop; this receive does not call it again from there.
+    /// std::invalid_argument when the sink has no take function.
     virtual task<int> recv_each(std::span<std::byte> buf, recv_sink sink) {
+        if (!sink.take)
+            throw std::invalid_argument("stream::recv_each: the sink has no take function");
         for (;;) {
             const int n = co_await recv_some(buf);
             if (n <= 0) co_return n;
