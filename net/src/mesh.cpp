@@ -748,7 +748,7 @@ int mesh::post_copy(std::uint32_t pe, const frame_header& header,
     const std::size_t kept = c->copies_queued ? o.payload.size() + header_size : 0;
     const std::size_t need = kept + payload.size();  // (a first frame's header is o.header)
     if (need > copies_most) return -EAGAIN;
-    if (need > c->copies_room) {
+    if (!c->copied || need > c->copies_room) {  // made on first use, an empty frame's too
         std::size_t room = std::max(c->copies_room * 2, copies_first);
         while (room < need)
             room *= 2;
