@@ -165,16 +165,28 @@ TEST_P(rendezvous_provider, quarter_and_whole_gibibyte_messages_arrive_whole) {
 // The handle of a large send stays live until get-done: PE 1 does not run its loop until
 // PE 0 has seen its send still open for a while, so nothing can have fetched it yet. PE 0
 // sends only once PE 1 has left its start-up (whose nested progress would serve the get:
-// seen once under load, PE 0's send completed within its 200 ms).
+// seen once under load, PE 0's send completed within its 200 ms). PE 1 stops running its
+// loop only once PE 0 has finished its own start-up (`ready`): PE 0's may still need PE 1's
+// answers, and under load PE 1 used to stop first, leaving both waiting until the 600 s
+// limit. Each wait on a pipe is bounded.
 TEST_P(rendezvous_provider, a_send_completes_only_at_get_done) {
-    int go[2], up[2];
+    int go[2], up[2], ready[2];
     ASSERT_EQ(::pipe(go), 0);
     ASSERT_EQ(::pipe(up), 0);
+    ASSERT_EQ(::pipe(ready), 0);
+    // Waits up to 60 s for a byte on fd; false when none came (the other PE failed).
+    const auto read_one = [](int fd) {
+        pollfd p{fd, POLLIN, 0};
+        char c;
+        return ::poll(&p, 1, 60'000) == 1 && ::read(fd, &c, 1) == 1;
+    };
     const auto r = run_pair(
         _opt,
         [&](node& n, const std::function<void()>&) {
             ::close(go[0]);
             ::close(up[1]);
+            ::close(ready[0]);
+            if (::write(ready[1], "r", 1) != 1) return 45;  // start-up done
             // Whatever happens here, PE 1 is let go when this body ends: a failure must fail
             // the test, never leave PE 1 blocked on the pipe (the parent holds its other end).
             struct release_pe1 {
@@ -182,9 +194,7 @@ TEST_P(rendezvous_provider, a_send_completes_only_at_get_done) {
                 ~release_pe1() { [[maybe_unused]] auto w = ::write(fd, "g", 1); }
             } guard{go[1]};
             // Bounded: a PE 1 that died first never writes (the parent holds the pipe open).
-            pollfd started{up[0], POLLIN, 0};
-            char c;
-            if (::poll(&started, 1, 60'000) != 1 || ::read(up[0], &c, 1) != 1) return 44;
+            if (!read_one(up[0])) return 44;
             void* m = alloc::msg_alloc(1 << 20);
             fill(m, 1 << 20, 0);
             recorded_send done;
@@ -201,15 +211,16 @@ TEST_P(rendezvous_provider, a_send_completes_only_at_get_done) {
         [&](node& n, const std::function<void()>&) {
             ::close(go[1]);
             ::close(up[0]);
+            ::close(ready[1]);
+            // The loop runs until PE 0 has finished its start-up.
+            pollfd p0{ready[0], POLLIN, 0};
+            if (!n.wait_for([&] { return ::poll(&p0, 1, 0) == 1; })) return 52;
             if (::write(up[1], "u", 1) != 1) return 51;
-            char c;
-            if (::read(go[0], &c, 1) != 1) return 50;
+            if (!read_one(go[0])) return 50;
             return receive_all(n, 0, {1 << 20});
         });
-    ::close(go[0]);
-    ::close(go[1]);
-    ::close(up[0]);
-    ::close(up[1]);
+    for (const int fd : {go[0], go[1], up[0], up[1], ready[0], ready[1]})
+        ::close(fd);
     EXPECT_EQ(r.pe0, 0);
     EXPECT_EQ(r.pe1, 0);
 }
