@@ -357,7 +357,7 @@ public:
     bool poll() override {
         // Not again from a loop that its own sink runs: the buffer and the sink's state are
         // in use further up the stack.
-        if (_in_sink) return false;
+        if (_alive) return false;
         // Before reading: bytes that keep coming must not outrun a stop request.
         if (_stop && _stop->stop_requested()) return finish(-ECANCELED);
         const int r = try_recv();
@@ -432,7 +432,6 @@ private:
         bool alive = true;
         std::exception_ptr failure;
         _alive = &alive;
-        _in_sink = true;
         try {
             more = _sink(std::span<const std::byte>(_buf.data(), n));
         } catch (...) {
@@ -443,7 +442,6 @@ private:
             return true;
         }
         _alive = nullptr;
-        _in_sink = false;
         _sink_failure = failure;
         if (!_spinning) return true;  // the sink closed the stream: it ended there
         if (!more || _sink_failure) {
@@ -473,8 +471,7 @@ private:
     std::span<std::byte> _buf;
     recv_sink _sink;
     std::exception_ptr _sink_failure;
-    bool* _alive = nullptr;  // hand_over's, while its sink runs
-    bool _in_sink = false;
+    bool* _alive = nullptr;  // hand_over's, while its sink runs (set: in the sink)
     const std::stop_token* _stop = nullptr;
     coverse::clock::time_point _deadline{};
     unsigned _empty_polls = 0;
@@ -1051,7 +1048,7 @@ task<int> uring_stream::recv_some(std::span<std::byte> buf) {
 task<int> uring_stream::recv_each(std::span<std::byte> buf, recv_sink sink) {
     // Multishot (when asked for) serves every receive; without the spinning receive there
     // is no poll to hand bytes over from.
-    if (!sink.take) throw std::invalid_argument("stream::recv_each: the sink has no take function");
+    require_take(sink);
     if (!_cfg.recv_spin || (_cfg.recv_multishot && !_multishot_failed))
         co_return co_await stream::recv_each(buf, sink);
     buf = buf.first(std::min(buf.size(), max_request_bytes));

@@ -42,6 +42,11 @@ struct recv_sink {
     bool operator()(std::span<const std::byte> bytes) const { return take(ctx, bytes); }
 };
 
+/// recv_each's check of its sink (every backend's): std::invalid_argument without `take`.
+inline void require_take(const recv_sink& sink) {
+    if (!sink.take) throw std::invalid_argument("stream::recv_each: the sink has no take function");
+}
+
 /// One connected stream socket (TCP_NODELAY) on one backend. Not thread-safe: used by the
 /// tasks of the scheduler that created it. One send_all and one recv_some may be in flight
 /// at a time (a sender task and a receiver task per connection).
@@ -82,8 +87,7 @@ public:
     /// sink may run a nested loop; this receive does not call it again from there.
     /// std::invalid_argument when the sink has no take function.
     virtual task<int> recv_each(std::span<std::byte> buf, recv_sink sink) {
-        if (!sink.take)
-            throw std::invalid_argument("stream::recv_each: the sink has no take function");
+        require_take(sink);
         for (;;) {
             const int n = co_await recv_some(buf);
             if (n <= 0) co_return n;
