@@ -5,11 +5,15 @@
 // failed (printed on stderr).
 #pragma once
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -111,10 +115,21 @@ public:
         return p();
     }
     /// Everything a PE does before exit: finish rendezvous, the disconnect handshake, close.
-    void shut_down() {
+    /// Work that never finishes (a rendezvous whose get-done never comes, a send queued for
+    /// a ring nobody reads) ends the PE with code shutdown_stalled, said on stderr, instead
+    /// of holding the test until ctest's timeout.
+    static constexpr int shutdown_stalled = 95;
+    void shut_down(std::chrono::milliseconds limit = 60s) {
         if (_down) return;
         _down = true;
-        rdma->drain();
+        if (!wait_for([&] { return rdma->idle(); }, limit)) {
+            std::fprintf(stderr,
+                         "PE %u: the rdma layer still had work %lld s into shutdown (a "
+                         "rendezvous or a queued send that never completed)\n",
+                         rank, static_cast<long long>(limit.count() / 1000));
+            std::fflush(nullptr);
+            std::_Exit(shutdown_stalled);
+        }
         try {
             sync_wait(mesh->shutdown());
         } catch (const std::exception& e) {
@@ -136,7 +151,14 @@ struct pair_options {
     bool gate_pe1_on_pe0_exit = false;
     /// The schedulers' option for more PEs than cores.
     bool yield_while_spinning = false;
+    /// How long run_job waits for its PEs to end: then it stops those left (SIGKILL), says
+    /// which on stderr, and gives each the code job_timed_out. Far above any test's job
+    /// (seconds), below ctest's timeouts, so that a stalled PE fails its test by name.
+    std::chrono::seconds job_limit = 240s;
 };
+
+/// The code run_job gives a PE it had to stop at pair_options::job_limit.
+inline constexpr int job_timed_out = 124;
 
 /// How the two PEs ended: exit codes, or 128 + signal.
 struct pair_result {
@@ -144,6 +166,28 @@ struct pair_result {
     int pe1 = -1;
     std::uint64_t job_key = 0;  // the job's key (its names in /dev/shm begin with it)
 };
+
+// Waits for child `pid` until `deadline`: true (and its status) when it ended by then.
+inline bool wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline, int& status) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    for (;;) {
+        const pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) {
+            if (fd >= 0) ::close(fd);
+            return r == pid;
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            if (fd >= 0) ::close(fd);
+            return false;
+        }
+        // The pidfd is readable once the child ended; without one (old kernel), a short nap.
+        pollfd p{fd, POLLIN, 0};
+        if (fd < 0 || ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000))) < 0)
+            ::usleep(1000);
+    }
+}
 
 inline int status_code(int status) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -321,25 +365,41 @@ inline job_result run_job(const pair_options& opt, const std::vector<std::uint32
         }
     }
     close_all();
-    int status = 0;
-    const auto reap_first = [&] {
-        if (pids[0] < 0) return;  // fork failed: code -1
-        ::waitpid(pids[0], &status, 0);
-        out.codes[0] = status_code(status);
+    const auto deadline = std::chrono::steady_clock::now() + opt.job_limit;
+    bool timed_out = false;
+    const auto reap = [&](std::size_t i) {
+        if (pids[i] < 0) return;  // fork failed: code -1
+        int status = 0;
+        if (!timed_out && wait_until(pids[i], deadline, status)) {
+            out.codes[i] = status_code(status);
+            pids[i] = -1;
+            return;
+        }
+        if (!timed_out) {
+            timed_out = true;
+            std::fprintf(stderr,
+                         "run_job: PE %zu (pid %d) did not end within %lld s; stopping the "
+                         "PEs still running\n",
+                         i, static_cast<int>(pids[i]),
+                         static_cast<long long>(opt.job_limit.count()));
+            for (std::size_t k = i; k < n; ++k)
+                if (pids[k] > 0) ::kill(pids[k], SIGKILL);
+        }
+        ::waitpid(pids[i], &status, 0);
+        std::fprintf(stderr, "run_job: PE %zu stopped (code %d)\n", i, job_timed_out);
+        out.codes[i] = job_timed_out;
+        pids[i] = -1;
     };
     if (opt.gate_pe1_on_pe0_exit) {
-        reap_first();
+        reap(0);
         [[maybe_unused]] auto w = ::write(gate_pipe[1], std::string(n, 'g').data(), n);
         ::close(gate_pipe[1]);
     } else {
         ::close(gate_pipe[1]);
-        reap_first();
+        reap(0);
     }
-    for (std::size_t i = 1; i < n; ++i) {
-        if (pids[i] < 0) continue;  // fork failed: code -1
-        ::waitpid(pids[i], &status, 0);
-        out.codes[i] = status_code(status);
-    }
+    for (std::size_t i = 1; i < n; ++i)
+        reap(i);
     // A PE that failed mid-protocol (a channel made and never mapped by its peer) left names
     // behind; the job is over, so they go, as coverse-run removes them (net::run_job).
     coverse::net::remove_shm_entries(coverse::net::shm_name_prefix(out.job_key));
