@@ -46,22 +46,44 @@ void frame_reader::header_complete() noexcept {
         payload_complete();
         return;
     }
-    // Allocated only now, at the validated length (never the maximum up front), and left
-    // uninitialised: the stream overwrites every byte.
-    std::byte* placed = _place.place ? _place.place(_place.ctx, decoded.value) : nullptr;
-    if (placed)
-        _current.payload = payload_ptr(placed, payload_deleter{&keep_placed_payload});
-    else if (_alloc.allocate)
-        _current.payload = payload_ptr(static_cast<std::byte*>(_alloc.allocate(length)),
-                                       payload_deleter{_alloc.release});
-    else
-        _current.payload = payload_ptr(new (std::nothrow) std::byte[length]);
+    _current.payload = payload_for(decoded.value);
     if (!_current.payload) {
         fail(decode_error{decode_status::payload_allocation_failed, decoded.value.type,
                           "payload_length", length, _limits.max_payload});
         return;
     }
     _stage = stage::payload;
+}
+
+// Allocated only once the header is validated, at its length (never the maximum up front),
+// and left uninitialised: the stream overwrites every byte.
+payload_ptr frame_reader::payload_for(const frame_header& header) noexcept {
+    if (std::byte* placed = _place.place ? _place.place(_place.ctx, header) : nullptr)
+        return payload_ptr(placed, payload_deleter{&keep_placed_payload});
+    if (_alloc.allocate)
+        return payload_ptr(static_cast<std::byte*>(_alloc.allocate(header.payload_length)),
+                           payload_deleter{_alloc.release});
+    return payload_ptr(new (std::nothrow) std::byte[header.payload_length]);
+}
+
+bool frame_reader::take_whole(std::span<const std::byte>& chunk, frame& out) noexcept {
+    const auto decoded = decode_header(chunk.first<header_size>(), _limits);
+    if (!decoded.ok()) return false;
+    const std::uint32_t length = decoded.value.payload_length;
+    if (chunk.size() - header_size < length) return false;
+    // Validated where it lies, before a placement (which advances its target) is asked for.
+    const auto bytes = chunk.subspan(header_size, length);
+    if (!validate_payload(decoded.value, bytes, _limits).ok()) return false;
+    payload_ptr payload;
+    if (length > 0) {
+        payload = payload_for(decoded.value);
+        if (!payload) return false;
+        std::memcpy(payload.get(), bytes.data(), length);
+    }
+    out.header = decoded.value;
+    out.payload = std::move(payload);
+    chunk = chunk.subspan(header_size + length);
+    return true;
 }
 
 void frame_reader::payload_complete() noexcept {

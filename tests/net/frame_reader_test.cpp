@@ -338,5 +338,50 @@ TEST(frame_reader, placed_payloads_land_in_the_owners_buffer) {
     got.clear();  // the placed frame's deleter must not free dest (ASan would say so)
 }
 
+// A placement advances its owner's target (the tcp provider's get moves on by each frame's
+// length), so it must be asked once per frame, and only for a frame that is handed out:
+// whether a frame lies whole in a chunk (decoded in place) or is cut (decoded in stages).
+TEST(frame_reader, each_placed_frame_is_placed_once_however_the_stream_is_cut) {
+    struct owner {
+        std::vector<std::byte> dest = std::vector<std::byte>(64, std::byte{0});
+        std::size_t placed = 0;
+        int calls = 0;
+    };
+    std::vector<std::byte> wire;
+    std::vector<std::byte> want;
+    const auto append = [&](frame_type type, std::vector<std::byte> body) {
+        if (type == frame_type::rma_get_reply) want.insert(want.end(), body.begin(), body.end());
+        const std::uint32_t tag = type == frame_type::rma_get_reply ? 7 : 0;
+        append_frame(wire, frame_header{type, 0, 1, 0, 0, tag}, body);
+    };
+    append(frame_type::rma_get_reply, pattern(5, 1));
+    append(frame_type::standard, pattern(3, 2));
+    append(frame_type::rma_get_reply, pattern(9, 3));
+    append(frame_type::rma_get_reply, pattern(1, 4));
+    append(frame_type::standard, {});
+    for (std::size_t cut = 0; cut <= wire.size(); ++cut) {
+        owner o;
+        frame_reader reader(decode_limits{1024, 4, false});
+        reader.set_placement(
+            payload_placement{[](void* ctx, const frame_header& h) noexcept -> std::byte* {
+                                  auto* self = static_cast<owner*>(ctx);
+                                  if (h.type != frame_type::rma_get_reply) return nullptr;
+                                  ++self->calls;
+                                  std::byte* at = self->dest.data() + self->placed;
+                                  self->placed += h.payload_length;
+                                  return at;
+                              },
+                              &o});
+        std::vector<frame> got;
+        const std::size_t cuts[] = {cut};
+        EXPECT_EQ(feed_chunks(reader, wire, cuts, got), decode_status::ok)
+            << "cut " << cut << ": " << describe(reader.error(), "PE 1");
+        EXPECT_EQ(got.size(), 5u) << "cut " << cut;
+        EXPECT_EQ(o.calls, 3) << "cut " << cut;
+        EXPECT_EQ(std::vector<std::byte>(o.dest.begin(), o.dest.begin() + want.size()), want)
+            << "cut " << cut;
+    }
+}
+
 }  // namespace
 }  // namespace coverse::net
