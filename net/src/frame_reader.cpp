@@ -68,16 +68,27 @@ payload_ptr frame_reader::payload_for(const frame_header& header) noexcept {
 
 bool frame_reader::take_whole(std::span<const std::byte>& chunk, frame& out) noexcept {
     const auto decoded = decode_header(chunk.first<header_size>(), _limits);
-    if (!decoded.ok()) return false;
+    if (!decoded.ok()) {
+        fail(decoded.error);
+        return false;
+    }
     const std::uint32_t length = decoded.value.payload_length;
-    if (chunk.size() - header_size < length) return false;
-    // Validated where it lies, before a placement (which advances its target) is asked for.
+    if (chunk.size() - header_size < length) return false;  // cut: the stages take it
+    // Validated where it lies, before a placement (which advances its target) is asked for:
+    // an invalid frame is never placed, a valid one once.
     const auto bytes = chunk.subspan(header_size, length);
-    if (!validate_payload(decoded.value, bytes, _limits).ok()) return false;
+    if (const decode_error error = validate_payload(decoded.value, bytes, _limits); !error.ok()) {
+        fail(error);
+        return false;
+    }
     payload_ptr payload;
     if (length > 0) {
         payload = payload_for(decoded.value);
-        if (!payload) return false;
+        if (!payload) {
+            fail(decode_error{decode_status::payload_allocation_failed, decoded.value.type,
+                              "payload_length", length, _limits.max_payload});
+            return false;
+        }
         std::memcpy(payload.get(), bytes.data(), length);
     }
     out.header = decoded.value;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -380,6 +381,141 @@ TEST(frame_reader, each_placed_frame_is_placed_once_however_the_stream_is_cut) {
         EXPECT_EQ(o.calls, 3) << "cut " << cut;
         EXPECT_EQ(std::vector<std::byte>(o.dest.begin(), o.dest.begin() + want.size()), want)
             << "cut " << cut;
+    }
+}
+
+// A payload that cannot be allocated, for a frame whose placement was declined: the placement
+// is asked once (whole frames are decoded in place first; the stages must not ask again).
+TEST(frame_reader, a_declined_placement_is_asked_once_when_allocation_fails) {
+    struct owner {
+        int calls = 0;
+    } o;
+    frame_reader reader(decode_limits{1024, 4, false},
+                        payload_allocator{[](std::size_t) noexcept -> void* { return nullptr; },
+                                          [](void*) noexcept {}});
+    reader.set_placement(
+        payload_placement{[](void* ctx, const frame_header&) noexcept -> std::byte* {
+                              ++static_cast<owner*>(ctx)->calls;
+                              return nullptr;
+                          },
+                          &o});
+    std::vector<std::byte> wire;
+    append_frame(wire, frame_header{frame_type::standard, 0, 1, 0, 0, 0}, pattern(9, 1));
+    int frames = 0;
+    EXPECT_EQ(reader.feed_all(wire, [&](frame&&) { ++frames; }),
+              decode_status::payload_allocation_failed);
+    EXPECT_EQ(frames, 0);
+    EXPECT_EQ(o.calls, 1);
+}
+
+// Frames decoded in place and frames decoded in stages are the same frames: random streams
+// (valid frames of several types, some placed, corrupted headers, invalid control payloads,
+// over-long lengths, payloads that cannot be allocated, cut tails), fed byte by byte (always
+// in stages) and in a few random chunks (mostly in place), give the same frames, the same
+// error, the same placements and the same state after.
+TEST(frame_reader, frames_decoded_in_place_equal_frames_decoded_in_stages) {
+    struct outcome {
+        std::vector<std::vector<std::byte>> frames;  // header and payload, as handed out
+        std::vector<std::uint32_t> placed;           // the length asked for, per placement
+        decode_status status;
+        std::string error;
+        bool boundary;
+        std::size_t needed;
+    };
+    // The same, but for placements: the stages ask for a frame's placement before its
+    // payload is in, so for a frame then found invalid they asked once more than in place.
+    const auto same = [](const outcome& staged, const outcome& chunked) {
+        const bool placements =
+            staged.placed == chunked.placed ||
+            (staged.status != decode_status::ok &&
+             staged.placed.size() == chunked.placed.size() + 1 &&
+             std::equal(chunked.placed.begin(), chunked.placed.end(), staged.placed.begin()));
+        return staged.frames == chunked.frames && staged.status == chunked.status &&
+               staged.error == chunked.error && staged.boundary == chunked.boundary &&
+               staged.needed == chunked.needed && placements;
+    };
+    const auto run = [](const std::vector<std::byte>& wire, const std::vector<std::size_t>& cuts) {
+        struct owner {
+            std::vector<std::byte> dest = std::vector<std::byte>(4096);
+            std::size_t at = 0;
+            std::vector<std::uint32_t> asked;
+        } o;
+        const payload_allocator no_13{[](std::size_t n) noexcept -> void* {
+                                          return n == 13 ? nullptr
+                                                         : ::operator new(n, std::nothrow);
+                                      },
+                                      [](void* p) noexcept { ::operator delete(p); }};
+        frame_reader reader(decode_limits{64, 4, false}, no_13);
+        reader.set_placement(
+            payload_placement{[](void* ctx, const frame_header& h) noexcept -> std::byte* {
+                                  auto* self = static_cast<owner*>(ctx);
+                                  self->asked.push_back(h.payload_length);
+                                  if (h.type != frame_type::rma_get_reply) return nullptr;
+                                  std::byte* at = self->dest.data() + self->at;
+                                  self->at += h.payload_length;
+                                  return at;
+                              },
+                              &o});
+        outcome out;
+        std::vector<frame> got;
+        const decode_status st = feed_chunks(reader, wire, cuts, got);
+        for (const frame& f : got) {
+            const auto head = encode_header(f.header);
+            std::vector<std::byte> bytes(head.begin(), head.end());
+            const auto payload = f.payload_bytes();
+            bytes.insert(bytes.end(), payload.begin(), payload.end());
+            out.frames.push_back(std::move(bytes));
+        }
+        out.placed = o.asked;
+        out.status = st;
+        out.error = reader.failed() ? describe(reader.error(), "PE 1") : "";
+        out.boundary = reader.at_frame_boundary();
+        out.needed = reader.bytes_needed();
+        return out;
+    };
+    std::mt19937 rng(4242);
+    for (int round = 0; round < 3000; ++round) {
+        std::vector<std::byte> wire;
+        for (int k = 1 + static_cast<int>(rng() % 6); k > 0; --k) {
+            const std::size_t at = wire.size();
+            std::size_t length = rng() % 3 == 0 ? 0 : rng() % 20;
+            if (rng() % 10 == 0) length = 13;  // its allocation fails (unless placed)
+            switch (rng() % 4) {
+                case 0:
+                    append_frame(wire, frame_header{frame_type::rma_get_reply, 0, 1, 0, 0, 7},
+                                 pattern(length, k));
+                    break;
+                case 1: {
+                    const auto credit =
+                        encode(credit_payload{static_cast<std::uint16_t>(rng() % 3)});
+                    append_frame(wire, frame_header{frame_type::credit, 0, 2, 0, 0, 0}, credit);
+                    break;
+                }
+                default:
+                    append_frame(wire, frame_header{frame_type::standard, 0, 3, 0, 0, 0},
+                                 pattern(length, k));
+            }
+            if (rng() % 15 == 0) wire[at + rng() % header_size] ^= std::byte{0x10};
+            if (rng() % 20 == 0) {  // a header announcing more than the limit (64)
+                const auto head = encode_header(frame_header{frame_type::standard, 0, 0, 70, 0, 0});
+                wire.insert(wire.end(), head.begin(), head.end());
+            }
+        }
+        if (rng() % 5 == 0)
+            wire.resize(wire.size() - 1 - rng() % std::min<std::size_t>(3, wire.size()));
+        std::vector<std::size_t> each_byte;
+        for (std::size_t i = 1; i < wire.size(); ++i)
+            each_byte.push_back(i);
+        std::vector<std::size_t> cuts;
+        for (int c = static_cast<int>(rng() % 4); c > 0; --c)
+            cuts.push_back(rng() % (wire.size() + 1));
+        std::sort(cuts.begin(), cuts.end());
+        const outcome staged = run(wire, each_byte);
+        const outcome chunked = run(wire, cuts);
+        ASSERT_TRUE(same(staged, chunked))
+            << "round " << round << ": " << staged.frames.size() << " frames and '" << staged.error
+            << "' byte by byte, " << chunked.frames.size() << " and '" << chunked.error
+            << "' in chunks";
     }
 }
 

@@ -124,9 +124,9 @@ public:
         _down = true;
         if (!wait_for([&] { return rdma->idle(); }, limit)) {
             std::fprintf(stderr,
-                         "PE %u: the rdma layer still had work %lld s into shutdown (a "
+                         "PE %u: the rdma layer still had work %lld ms into shutdown (a "
                          "rendezvous or a queued send that never completed)\n",
-                         rank, static_cast<long long>(limit.count() / 1000));
+                         rank, static_cast<long long>(limit.count()));
             std::fflush(nullptr);
             std::_Exit(shutdown_stalled);
         }
@@ -151,10 +151,11 @@ struct pair_options {
     bool gate_pe1_on_pe0_exit = false;
     /// The schedulers' option for more PEs than cores.
     bool yield_while_spinning = false;
-    /// How long run_job waits for its PEs to end: then it stops those left (SIGKILL), says
-    /// which on stderr, and gives each the code job_timed_out. Far above any test's job
-    /// (seconds), below ctest's timeouts, so that a stalled PE fails its test by name.
-    std::chrono::seconds job_limit = 240s;
+    /// How long run_job waits for its PEs to end: then it stops those still running
+    /// (SIGKILL), says which on stderr, and gives each the code job_timed_out. Far above any
+    /// test's job (seconds; a stalled shutdown ends its PE at 60 s), below the rdma tests'
+    /// ctest timeouts (180 s and up), so that a stalled PE fails its test by name.
+    std::chrono::seconds job_limit = 90s;
 };
 
 /// The code run_job gives a PE it had to stop at pair_options::job_limit.
@@ -167,20 +168,26 @@ struct pair_result {
     std::uint64_t job_key = 0;  // the job's key (its names in /dev/shm begin with it)
 };
 
-// Waits for child `pid` until `deadline`: true (and its status) when it ended by then.
-inline bool wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline, int& status) {
+enum class wait_outcome { ended, timed_out, failed };
+
+// Waits for child `pid` until `deadline`: ended (with its status), timed_out (it still runs),
+// or failed (waitpid's error is in errno: it is not, or no longer, our child to wait for).
+inline wait_outcome wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline,
+                               int& status) {
     const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
     for (;;) {
         const pid_t r = ::waitpid(pid, &status, WNOHANG);
         if (r == pid || (r < 0 && errno != EINTR)) {
+            const int saved = errno;
             if (fd >= 0) ::close(fd);
-            return r == pid;
+            errno = saved;
+            return r == pid ? wait_outcome::ended : wait_outcome::failed;
         }
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
             if (fd >= 0) ::close(fd);
-            return false;
+            return wait_outcome::timed_out;
         }
         // The pidfd is readable once the child ended; without one (old kernel), a short nap.
         pollfd p{fd, POLLIN, 0};
@@ -347,7 +354,8 @@ inline job_result run_job(const pair_options& opt, const std::vector<std::uint32
                                      out_fd, gate, bodies[i]));
         }
     }
-    ::close(gate_pipe[0]);
+    // The gate's read end stays open here until the gate is written: a write into a pipe
+    // that no PE holds any more (they ended or were stopped) must not raise SIGPIPE in us.
     // Every port, in rank order, to every PE. A PE that died before it said its port ends
     // its pipe: the others then read too few and fail (code 93) instead of waiting.
     // Every pipe is read (none closed early), so no PE writes its port into a closed pipe.
@@ -366,29 +374,50 @@ inline job_result run_job(const pair_options& opt, const std::vector<std::uint32
     }
     close_all();
     const auto deadline = std::chrono::steady_clock::now() + opt.job_limit;
-    bool timed_out = false;
+    std::vector<bool> stopped(n, false);  // sent SIGKILL by us, at the job's limit
+    const auto ended = [&](std::size_t i, int status) {
+        // A PE we stopped says so; one that ended by itself meanwhile keeps its own code.
+        const bool ours = stopped[i] && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+        out.codes[i] = ours ? job_timed_out : status_code(status);
+        if (ours) std::fprintf(stderr, "run_job: PE %zu stopped (code %d)\n", i, job_timed_out);
+        pids[i] = -1;
+    };
     const auto reap = [&](std::size_t i) {
-        if (pids[i] < 0) return;  // fork failed: code -1
+        if (pids[i] < 0) return;  // fork failed (code -1), or reaped already
         int status = 0;
-        if (!timed_out && wait_until(pids[i], deadline, status)) {
-            out.codes[i] = status_code(status);
-            pids[i] = -1;
-            return;
-        }
-        if (!timed_out) {
-            timed_out = true;
+        if (!stopped[i]) {
+            const wait_outcome w = wait_until(pids[i], deadline, status);
+            if (w == wait_outcome::ended) return ended(i, status);
+            if (w == wait_outcome::failed) {
+                std::fprintf(stderr, "run_job: cannot wait for PE %zu (pid %d): %s\n", i,
+                             static_cast<int>(pids[i]), std::strerror(errno));
+                pids[i] = -1;  // not ours to signal any more: code -1
+                return;
+            }
             std::fprintf(stderr,
                          "run_job: PE %zu (pid %d) did not end within %lld s; stopping the "
                          "PEs still running\n",
                          i, static_cast<int>(pids[i]),
                          static_cast<long long>(opt.job_limit.count()));
-            for (std::size_t k = i; k < n; ++k)
-                if (pids[k] > 0) ::kill(pids[k], SIGKILL);
+            // Those that ended by now are reaped as they ended; the rest are stopped. A
+            // child not yet reaped keeps its PID, so the signal cannot reach anyone else.
+            for (std::size_t k = i; k < n; ++k) {
+                if (pids[k] < 0) continue;
+                if (::waitpid(pids[k], &status, WNOHANG) == pids[k]) {
+                    ended(k, status);
+                    continue;
+                }
+                ::kill(pids[k], SIGKILL);
+                stopped[k] = true;
+            }
+            if (pids[i] < 0) return;
         }
-        ::waitpid(pids[i], &status, 0);
-        std::fprintf(stderr, "run_job: PE %zu stopped (code %d)\n", i, job_timed_out);
-        out.codes[i] = job_timed_out;
-        pids[i] = -1;
+        while (::waitpid(pids[i], &status, 0) < 0)
+            if (errno != EINTR) {
+                pids[i] = -1;  // cannot happen for our unreaped child: code -1
+                return;
+            }
+        ended(i, status);
     };
     if (opt.gate_pe1_on_pe0_exit) {
         reap(0);
@@ -398,6 +427,7 @@ inline job_result run_job(const pair_options& opt, const std::vector<std::uint32
         ::close(gate_pipe[1]);
         reap(0);
     }
+    ::close(gate_pipe[0]);
     for (std::size_t i = 1; i < n; ++i)
         reap(i);
     // A PE that failed mid-protocol (a channel made and never mapped by its peer) left names

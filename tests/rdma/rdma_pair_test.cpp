@@ -13,28 +13,40 @@
 namespace coverse::rdma::test {
 namespace {
 
-// PE 0 never ends (it does not even run its loop): run_job stops it at the job's limit, and
-// the job's other PE with it if it was waiting for PE 0.
+// A PE body that never returns (nor runs its loop).
+int never_ends(node&, const std::function<void()>&) {
+    for (;;)
+        std::this_thread::sleep_for(1s);
+}
+
+// PE 0 never ends (it does not even run its loop): run_job stops it at the job's limit and
+// gives it job_timed_out; PE 1, which failed a check meanwhile, keeps its own code.
 TEST(rdma_pair_harness, a_pe_that_never_ends_is_stopped_at_the_job_limit) {
     pair_options opt;
     opt.cfg.forced = provider_kind::cma;
     opt.job_limit = 3s;
     const auto began = std::chrono::steady_clock::now();
-    const auto r = run_pair(
-        opt,
-        [](node&, const std::function<void()>&) {
-            for (;;)
-                std::this_thread::sleep_for(1s);
-            return 0;
-        },
-        [](node&, const std::function<void()>&) { return 0; });
+    const auto r = run_pair(opt, never_ends, [](node&, const std::function<void()>&) { return 7; });
     const auto took = std::chrono::steady_clock::now() - began;
     EXPECT_EQ(r.pe0, job_timed_out);
-    // PE 1's shutdown waits for PE 0's side of the disconnect handshake: it ends at the limit
-    // too, or by itself if its handshake gives up first (never with a check's code).
-    EXPECT_TRUE(r.pe1 == job_timed_out || r.pe1 == 0) << "PE 1 ended with " << r.pe1;
+    EXPECT_EQ(r.pe1, 7);
     EXPECT_GE(took, 3s);
     EXPECT_LT(took, 60s);
+}
+
+// The same with PE 1 gated on PE 0's end: both are stopped at the limit, and the gate, written
+// after PE 0 is reaped into a pipe no PE reads any more, does not take the test down (SIGPIPE).
+TEST(rdma_pair_harness, a_gated_job_whose_first_pe_never_ends_is_stopped_whole) {
+    pair_options opt;
+    opt.cfg.forced = provider_kind::cma;
+    opt.gate_pe1_on_pe0_exit = true;
+    opt.job_limit = 3s;
+    const auto r = run_pair(opt, never_ends, [](node&, const std::function<void()>& gate) {
+        gate();
+        return 0;
+    });
+    EXPECT_EQ(r.pe0, job_timed_out);
+    EXPECT_EQ(r.pe1, job_timed_out);
 }
 
 // PE 0 publishes 4 MiB that PE 1 never gets (PE 1 waits for PE 0's end before it runs its
@@ -43,6 +55,7 @@ TEST(rdma_pair_harness, a_shutdown_with_a_rendezvous_that_never_completes_ends_b
     pair_options opt;
     opt.cfg.forced = provider_kind::cma;
     opt.gate_pe1_on_pe0_exit = true;
+    opt.job_limit = 30s;  // far above the shutdown's 1 s: the code must be the shutdown's
     const auto r = run_pair(
         opt,
         [](node& n, const std::function<void()>&) {

@@ -74,16 +74,18 @@ public:
     /// Returns ok, or the error that stopped the reader (no frame follows an error).
     template <class OnFrame>
     decode_status feed_all(std::span<const std::byte> chunk, OnFrame&& on_frame) {
-        // Frames that lie whole in the chunk, between frames, go out decoded in place (no
-        // stage to pass through); the first that does not, and anything invalid, takes the
-        // staged path below, which decides it.
-        if (at_frame_boundary()) {
-            frame whole;
-            while (chunk.size() >= header_size && take_whole(chunk, whole))
-                on_frame(std::move(whole));
-            if (chunk.empty()) return _error.status;
-        }
+        // Between frames, those that lie whole in the chunk go out decoded in place (no stage
+        // to pass through); a cut one takes the stages, and whole ones after it go in place
+        // again.
         while (!failed()) {
+            if (at_frame_boundary()) {
+                while (chunk.size() >= header_size) {
+                    frame whole;
+                    if (!take_whole(chunk, whole)) break;
+                    on_frame(std::move(whole));
+                }
+                if (chunk.empty() || failed()) break;
+            }
             const std::size_t used = feed(chunk);
             chunk = chunk.subspan(used);
             if (has_frame()) {
@@ -127,9 +129,10 @@ public:
 private:
     enum class stage : std::uint8_t { header, payload, ready, failed };
 
-    // A valid frame at the start of `chunk` and wholly in it: into `out`, `chunk` past it.
-    // False (nothing consumed) for anything else: a partial or invalid frame, or a payload
-    // that cannot be allocated now.
+    // A valid frame at the start of `chunk` (header_size bytes at least) and wholly in it:
+    // into `out`, `chunk` past it. False, nothing consumed, for a frame the chunk cuts; false
+    // and failed, as the stages would fail it, for an invalid frame or a payload that cannot
+    // be allocated.
     bool take_whole(std::span<const std::byte>& chunk, frame& out) noexcept;
     // The payload buffer of a validated header (payload_length > 0): placed, allocated, or
     // null when the allocation failed.
