@@ -39,31 +39,33 @@ void frame_reader::header_complete() noexcept {
         fail(decoded.error);
         return;
     }
-    _current.header = decoded.value;
+    begin_payload(decoded.value);
+}
+
+void frame_reader::begin_payload(const frame_header& header) noexcept {
+    _current.header = header;
     _payload_filled = 0;
-    const std::uint32_t length = decoded.value.payload_length;
-    if (length == 0) {
+    if (header.payload_length == 0) {
         payload_complete();
         return;
     }
-    _current.payload = payload_for(decoded.value);
-    if (!_current.payload) {
-        fail(decode_error{decode_status::payload_allocation_failed, decoded.value.type,
-                          "payload_length", length, _limits.max_payload});
-        return;
-    }
-    _stage = stage::payload;
+    if (make_payload(header, _current.payload)) _stage = stage::payload;
 }
 
 // Allocated only once the header is validated, at its length (never the maximum up front),
 // and left uninitialised: the stream overwrites every byte.
-payload_ptr frame_reader::payload_for(const frame_header& header) noexcept {
+bool frame_reader::make_payload(const frame_header& header, payload_ptr& out) noexcept {
     if (std::byte* placed = _place.place ? _place.place(_place.ctx, header) : nullptr)
-        return payload_ptr(placed, payload_deleter{&keep_placed_payload});
-    if (_alloc.allocate)
-        return payload_ptr(static_cast<std::byte*>(_alloc.allocate(header.payload_length)),
-                           payload_deleter{_alloc.release});
-    return payload_ptr(new (std::nothrow) std::byte[header.payload_length]);
+        out = payload_ptr(placed, payload_deleter{&keep_placed_payload});
+    else if (_alloc.allocate)
+        out = payload_ptr(static_cast<std::byte*>(_alloc.allocate(header.payload_length)),
+                          payload_deleter{_alloc.release});
+    else
+        out = payload_ptr(new (std::nothrow) std::byte[header.payload_length]);
+    if (out) return true;
+    fail(decode_error{decode_status::payload_allocation_failed, header.type, "payload_length",
+                      header.payload_length, _limits.max_payload});
+    return false;
 }
 
 bool frame_reader::take_whole(std::span<const std::byte>& chunk, frame& out) noexcept {
@@ -73,7 +75,11 @@ bool frame_reader::take_whole(std::span<const std::byte>& chunk, frame& out) noe
         return false;
     }
     const std::uint32_t length = decoded.value.payload_length;
-    if (chunk.size() - header_size < length) return false;  // cut: the stages take it
+    if (chunk.size() - header_size < length) {  // cut: its payload is filled in stages
+        chunk = chunk.subspan(header_size);
+        begin_payload(decoded.value);
+        return false;
+    }
     // Validated where it lies, before a placement (which advances its target) is asked for:
     // an invalid frame is never placed, a valid one once.
     const auto bytes = chunk.subspan(header_size, length);
@@ -83,12 +89,7 @@ bool frame_reader::take_whole(std::span<const std::byte>& chunk, frame& out) noe
     }
     payload_ptr payload;
     if (length > 0) {
-        payload = payload_for(decoded.value);
-        if (!payload) {
-            fail(decode_error{decode_status::payload_allocation_failed, decoded.value.type,
-                              "payload_length", length, _limits.max_payload});
-            return false;
-        }
+        if (!make_payload(decoded.value, payload)) return false;
         std::memcpy(payload.get(), bytes.data(), length);
     }
     out.header = decoded.value;

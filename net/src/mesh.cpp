@@ -828,10 +828,11 @@ std::size_t mesh::add_parts(const outgoing* o, std::vector<std::span<const std::
     // post() may have had the start of this frame sent by flush() (only the first queued
     // frame can have been): the rest goes on from there.
     const std::size_t skip = o->sent;
-    if (skip == 0 && o->copies_of && o->copies_of->copied) {
+    if (skip == 0 && o->copies_of) {
         // Header and payload as one part: the header goes into the room before the copies
-        // (after stamp_credits). A gather of two parts costs the kernel more than one
-        // buffer: ~3 % of an 8 B hop over loopback TCP (docs/perf.md, stop 39).
+        // (after stamp_credits; post_copy made the buffer before it queued the entry). A gather of
+        // two parts costs the kernel more than one buffer: ~3 % of an 8 B hop over loopback TCP
+        // (docs/perf.md, stop 39).
         std::byte* const at = o->copies_of->copied.get();
         std::memcpy(at, o->header.data(), header_size);
         parts.push_back(std::span<const std::byte>(at, header_size + o->payload.size()));

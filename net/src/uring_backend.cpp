@@ -1005,12 +1005,15 @@ int uring_stream::try_send(std::span<const std::span<const std::byte>> parts) no
     if (n == 0) return 0;
     // One buffer by send(): the kernel imports it without a message header or an iovec
     // array (~3 % of an 8 B hop over loopback TCP against sendmsg of two parts).
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = n;
-    const ssize_t r =
-        n == 1 ? ::send(_state.fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT)
-               : ::sendmsg(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t r;
+    if (n == 1) {
+        r = ::send(_state.fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else {
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = n;
+        r = ::sendmsg(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (r >= 0) return static_cast<int>(r);
     return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
 }
@@ -1048,9 +1051,9 @@ task<int> uring_stream::recv_some(std::span<std::byte> buf) {
 task<int> uring_stream::recv_each(std::span<std::byte> buf, recv_sink sink) {
     // Multishot (when asked for) serves every receive; without the spinning receive there
     // is no poll to hand bytes over from.
-    require_take(sink);
     if (!_cfg.recv_spin || (_cfg.recv_multishot && !_multishot_failed))
         co_return co_await stream::recv_each(buf, sink);
+    require_take(sink);
     buf = buf.first(std::min(buf.size(), max_request_bytes));
     for (;;) {
         spin_receive r(_state, buf, sink);

@@ -426,8 +426,11 @@ mesh_config fake_peer_job(endpoint pe0) {
     return cfg;
 }
 
+// `bytes` from a fake PE 1 after its hello; returns why PE 0's mesh failed it. The payloads
+// PE 0 received before that go into `delivered`, when given.
 std::string receive_error_with_fake_peer(backend_kind kind, std::vector<std::byte> bytes,
-                                         bool* skipped, std::string* reason) {
+                                         bool* skipped, std::string* reason,
+                                         std::vector<std::string>* delivered = nullptr) {
     scheduler s(options_for(kind));
     auto pe = make_pe(s, kind, reason);
     if (!pe.b) {
@@ -441,23 +444,25 @@ std::string receive_error_with_fake_peer(backend_kind kind, std::vector<std::byt
     std::string error, fake_error;
     m.on_peer_failure([&](std::uint32_t, const std::string& why) { error = why; });
     sync_wait([](mesh* mp, backend* bp, endpoint to, std::vector<std::byte> after,
-                 std::string* ferr) -> task<void> {
+                 std::string* ferr, std::vector<std::string>* out) -> task<void> {
         task_scope peer("fake peer");
         peer.spawn(fake_peer(bp, to, std::move(after), true, ferr), "fake peer");
         co_await mp->establish();
         // receive() hands out what arrived, then throws the peer's failure.
         auto r = co_await with_timeout(
-            [](mesh* m2) -> task<void> {
+            [](mesh* m2, std::vector<std::string>* o) -> task<void> {
                 try {
-                    while (co_await m2->receive()) {
+                    while (auto f = co_await m2->receive()) {
+                        const auto p = f->frame.payload_bytes();
+                        if (o) o->emplace_back(reinterpret_cast<const char*>(p.data()), p.size());
                     }
                 } catch (const mesh_error&) {
                 }
-            }(mp),
+            }(mp, out),
             5s);
         (void)r;
         co_await peer.join();
-    }(&m, b, at, std::move(bytes), &fake_error));
+    }(&m, b, at, std::move(bytes), &fake_error, delivered));
     sync_wait(m.shutdown());
     return error;
 }
@@ -474,14 +479,8 @@ TEST_P(mesh_test, garbage_after_the_hello_closes_that_connection_with_a_clear_er
 
 // Frames that arrive together with an invalid one: the ones before it are handed out, in
 // order, and none after it. PE 1 sends four frames in one write, the third from
-// `forged_source`; returns the payloads PE 0 received and, in `error`, why it failed PE 1.
-std::vector<std::string> deliveries_around_a_bad_frame(backend_kind kind,
-                                                       std::uint32_t forged_source,
-                                                       std::string* error, std::string* skip) {
-    scheduler s(options_for(kind));
-    auto pe = make_pe(s, kind, skip);
-    if (!pe.b) return {};
-    skip->clear();
+// `forged_source`.
+std::vector<std::byte> frames_around_a_forged_one(std::uint32_t forged_source) {
     std::vector<std::byte> bytes;
     auto add = [&](std::uint32_t source, const std::string& text) {
         frame_header h;
@@ -497,41 +496,17 @@ std::vector<std::string> deliveries_around_a_bad_frame(backend_kind kind,
     add(1, "second");
     add(forged_source, "forged");
     add(1, "after");
-    const mesh_config cfg = fake_peer_job(pe.l->local());
-    backend* b = pe.b.get();
-    const endpoint at = pe.l->local();
-    mesh m(*b, std::move(pe.l), cfg);
-    std::string fake_error;
-    std::vector<std::string> got;
-    m.on_peer_failure([&](std::uint32_t, const std::string& why) { *error = why; });
-    sync_wait([](mesh* mp, backend* bp, endpoint to, std::vector<std::byte> after,
-                 std::string* ferr, std::vector<std::string>* out) -> task<void> {
-        task_scope peer("fake peer");
-        peer.spawn(fake_peer(bp, to, std::move(after), true, ferr), "fake peer");
-        co_await mp->establish();
-        auto r = co_await with_timeout(
-            [](mesh* m2, std::vector<std::string>* o) -> task<void> {
-                try {
-                    while (auto f = co_await m2->receive()) {
-                        const auto p = f->frame.payload_bytes();
-                        o->emplace_back(reinterpret_cast<const char*>(p.data()), p.size());
-                    }
-                } catch (const mesh_error&) {
-                }
-            }(mp, out),
-            5s);
-        (void)r;
-        co_await peer.join();
-    }(&m, b, at, std::move(bytes), &fake_error, &got));
-    sync_wait(m.shutdown());
-    return got;
+    return bytes;
 }
 
 TEST_P(mesh_test, frames_before_an_invalid_one_in_the_same_arrival_are_delivered_none_after) {
     for (const std::uint32_t forged : {0u, 5u}) {  // PE 0 is us; PE 5 is not in the job
-        std::string error, skip = "(not run)";
-        const auto got = deliveries_around_a_bad_frame(GetParam(), forged, &error, &skip);
-        if (!skip.empty()) GTEST_SKIP() << skip;
+        bool skipped = false;
+        std::string reason;
+        std::vector<std::string> got;
+        const std::string error = receive_error_with_fake_peer(
+            GetParam(), frames_around_a_forged_one(forged), &skipped, &reason, &got);
+        if (skipped) GTEST_SKIP() << reason;
         EXPECT_EQ(got, (std::vector<std::string>{"first", "second"})) << "forged PE " << forged;
         EXPECT_NE(
             error.find(forged == 0 ? "claims to come from PE 0" : "source PE 5 is out of range"),

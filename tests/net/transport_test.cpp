@@ -81,9 +81,13 @@ task<std::vector<std::byte>> recv_exactly(stream* s, std::size_t n, std::size_t 
     co_return out;
 }
 
+std::string text_of(std::span<const std::byte> b) {
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
 task<std::string> recv_text(stream* s, std::size_t n) {
     auto b = co_await recv_exactly(s, n);
-    co_return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+    co_return text_of(b);
 }
 
 // A listener on port 0, one connect and one accept, run concurrently.
@@ -690,7 +694,7 @@ task<void> recv_each_eof_body(backend* net) {
     collecting_sink sink(100);
     std::vector<std::byte> buf(64);
     EXPECT_EQ(co_await p.second->recv_each(buf, sink.sink()), 0);
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(sink.got.data()), sink.got.size()), "last");
+    EXPECT_EQ(text_of(sink.got), "last");
     co_await close_both(p);
 }
 
@@ -792,9 +796,7 @@ task<void> recv_each_nested_loop_body(backend* net) {
     EXPECT_EQ(r, 1) << err(r);
     EXPECT_EQ(sent, 0) << err(sent);
     EXPECT_EQ(sink.max_depth, 1) << "the sink was called again from its own nested loop";
-    EXPECT_EQ(
-        std::string(reinterpret_cast<const char*>(sink.inner.got.data()), sink.inner.got.size()),
-        "onetwothree");
+    EXPECT_EQ(text_of(sink.inner.got), "onetwothree");
     co_await close_both(p);
 }
 

@@ -74,9 +74,9 @@ public:
     /// Returns ok, or the error that stopped the reader (no frame follows an error).
     template <class OnFrame>
     decode_status feed_all(std::span<const std::byte> chunk, OnFrame&& on_frame) {
-        // Between frames, those that lie whole in the chunk go out decoded in place (no stage
-        // to pass through); a cut one takes the stages, and whole ones after it go in place
-        // again.
+        // Between frames, each frame is decoded where it lies: a whole one goes out at once
+        // (no stage to pass through), a cut one continues in the payload stage, and whole
+        // ones after it go in place again.
         while (!failed()) {
             if (at_frame_boundary()) {
                 while (chunk.size() >= header_size) {
@@ -129,14 +129,16 @@ public:
 private:
     enum class stage : std::uint8_t { header, payload, ready, failed };
 
-    // A valid frame at the start of `chunk` (header_size bytes at least) and wholly in it:
-    // into `out`, `chunk` past it. False, nothing consumed, for a frame the chunk cuts; false
-    // and failed, as the stages would fail it, for an invalid frame or a payload that cannot
-    // be allocated.
+    // Decodes the frame at the start of `chunk` (header_size bytes at least) where it lies.
+    // A valid frame wholly in the chunk goes into `out`, `chunk` past it: true. Else false:
+    // a frame the chunk cuts begins its payload stage (`chunk` past its header), and an
+    // invalid one, or a payload that cannot be allocated, fails the reader as the stages do.
     bool take_whole(std::span<const std::byte>& chunk, frame& out) noexcept;
-    // The payload buffer of a validated header (payload_length > 0): placed, allocated, or
-    // null when the allocation failed.
-    payload_ptr payload_for(const frame_header& header) noexcept;
+    // The current frame is `header` (validated): its payload stage begins (or it is ready).
+    void begin_payload(const frame_header& header) noexcept;
+    // The payload buffer of validated `header` (payload_length > 0) into `out`: placed, else
+    // allocated; false, and the reader failed, when it cannot be allocated.
+    bool make_payload(const frame_header& header, payload_ptr& out) noexcept;
     void header_complete() noexcept;
     void payload_complete() noexcept;
     void fail(const decode_error& error) noexcept;
