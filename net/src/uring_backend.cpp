@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -44,6 +45,21 @@
 namespace coverse::net {
 
 namespace {
+
+// The data path's socket calls go to the kernel by syscall(), not by libc's recv(),
+// send() and sendmsg(). In a process with a second thread (the hang doctor's responder)
+// those are cancellation points: each call switches the thread's cancel type on and off
+// around the system call, two atomic instructions, ~5 % of the CPU samples of an 8 B
+// ping-pong over loopback TCP (docs/perf.md, stop 41). coverse cancels no thread.
+ssize_t recv_now(int fd, void* buf, std::size_t len, int flags) noexcept {
+    return ::syscall(SYS_recvfrom, fd, buf, len, flags, nullptr, nullptr);
+}
+ssize_t send_now(int fd, const void* buf, std::size_t len, int flags) noexcept {
+    return ::syscall(SYS_sendto, fd, buf, len, flags, nullptr, 0);
+}
+ssize_t sendmsg_now(int fd, const msghdr* msg, int flags) noexcept {
+    return ::syscall(SYS_sendmsg, fd, msg, flags);
+}
 
 // Zero-copy send threshold when COVERSE_ZC_THRESHOLD is unset: 0, i.e. off, because it
 // lost at every size on loopback. Measured here (2 vCPUs, kernel 6.18; one connection, two
@@ -419,7 +435,7 @@ private:
 
     /// Bytes (> 0), 0 at the end of the stream, -EAGAIN when nothing waits, or -errno.
     int try_recv() noexcept {
-        const ssize_t r = ::recv(state().fd, _buf.data(), _buf.size(), MSG_DONTWAIT);
+        const ssize_t r = recv_now(state().fd, _buf.data(), _buf.size(), MSG_DONTWAIT);
         if (r >= 0) return static_cast<int>(r);
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
     }
@@ -941,7 +957,7 @@ task<int> uring_stream::send_all(std::span<const std::span<const std::byte>> par
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = std::min(count, max_iov);
-        const ssize_t r = ::sendmsg(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        const ssize_t r = sendmsg_now(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) co_return -errno;
         if (r > 0) first = step_past(iov, first, static_cast<std::size_t>(r));
     }
@@ -1007,12 +1023,12 @@ int uring_stream::try_send(std::span<const std::span<const std::byte>> parts) no
     // array (~3 % of an 8 B hop over loopback TCP against sendmsg of two parts).
     ssize_t r;
     if (n == 1) {
-        r = ::send(_state.fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        r = send_now(_state.fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
     } else {
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = n;
-        r = ::sendmsg(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        r = sendmsg_now(_state.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     if (r >= 0) return static_cast<int>(r);
     return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;

@@ -13,11 +13,15 @@
 //   slow-start       every PE sleeps 2.5 s before it starts the machine (as exec and
 //                    ASan's start can take on a loaded machine), then passes a barrier
 //                    and exits 0
+//   responder-files  every PE, past the barrier (its connections made), checks that the
+//                    responder thread has a file table of its own holding at most its
+//                    four descriptors and no socket of the PE's; exits 0, or 1 saying why
 // Each PE writes its pid to $COVERSE_TEST_PID_DIR/pe<N> first, so the test can check that
 // none survives.
 #include <coverse/coverse.hpp>
 #include <coverse/runtime/wait_reason.hpp>
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -31,6 +35,50 @@
 namespace {
 
 std::string g_mode;
+
+// The descriptors in a thread's file table: what each one's /proc link names.
+std::vector<std::string> files_of(const std::string& task) {
+    std::vector<std::string> out;
+    const std::string dir = "/proc/self/task/" + task + "/fd";
+    if (DIR* d = ::opendir(dir.c_str())) {
+        while (const dirent* e = ::readdir(d)) {
+            if (e->d_name[0] == '.') continue;
+            char target[256] = {};
+            const std::string link = dir + "/" + e->d_name;
+            const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+            out.push_back(std::string(e->d_name) + " -> " + (n > 0 ? target : "?"));
+        }
+        ::closedir(d);
+    }
+    return out;
+}
+
+// responder-files: "" when the responder's table is its own and small, else why not.
+std::string responder_files_problem() {
+    const std::string self = std::to_string(::gettid());
+    std::vector<std::string> others;
+    if (DIR* d = ::opendir("/proc/self/task")) {
+        while (const dirent* e = ::readdir(d))
+            if (e->d_name[0] != '.' && self != e->d_name) others.push_back(e->d_name);
+        ::closedir(d);
+    }
+    if (others.size() != 1)
+        return "expected one thread beside the PE's (the responder), found " +
+               std::to_string(others.size());
+    const auto pe_files = files_of(self);
+    const auto responder = files_of(others[0]);
+    std::string listing;
+    for (const auto& f : responder)
+        listing += "\n  " + f;
+    if (responder.size() > 4) return "the responder holds more than its 4 files:" + listing;
+    if (pe_files.size() <= responder.size())
+        return "the PE's table is no larger than the responder's: still shared?" + listing;
+    int sockets = 0;
+    for (const auto& f : responder)
+        sockets += f.find("socket:") != std::string::npos ? 1 : 0;
+    if (sockets > 1) return "the responder holds sockets beyond its doctor channel:" + listing;
+    return {};
+}
 
 void write_pid(std::uint32_t pe) {
     const char* dir = std::getenv("COVERSE_TEST_PID_DIR");
@@ -108,6 +156,12 @@ coverse::task<void> main_task(coverse::machine& m) {
         }
     } else if (g_mode == "slow-start") {
         co_await m.barrier();
+    } else if (g_mode == "responder-files") {
+        if (const std::string why = responder_files_problem(); !why.empty()) {
+            std::fprintf(stderr, "doctor_hang_pe: PE %u: %s\n", pe, why.c_str());
+            std::_Exit(1);  // at once: exit() from the entry task waits for it to stop
+        }
+        co_await m.barrier();  // no PE ends before every PE has looked
     } else if (g_mode == "healthy") {
         if (pe < 2 && m.num_pes() >= 2) {
             const std::uint32_t other = 1 - pe;
@@ -135,7 +189,8 @@ int main(int argc, char** argv) {
     if (argc < 2) {
         std::fprintf(stderr,
                      "usage: doctor_hang_pe "
-                     "barrier|reply-cycle|endless-handler|rndv-unfetched|healthy|slow-start\n");
+                     "barrier|reply-cycle|endless-handler|rndv-unfetched|healthy|slow-start|"
+                     "responder-files\n");
         return 2;
     }
     g_mode = argv[1];

@@ -251,6 +251,15 @@ TEST(doctor, a_pe_that_starts_late_is_not_reported_as_stuck) {
     expect_no_pe_left(j, 3);
 }
 
+// The responder thread takes a file table of its own (api/src/doctor.cpp, keep_only): a
+// shared one costs the PE thread a file reference per socket call. Its copy must not keep
+// the PE's sockets open, or a peer would not see a connection the PE closes end.
+TEST(doctor, the_responder_keeps_only_its_own_descriptors) {
+    job j({"-n", "2", hang_pe, "responder-files"});
+    EXPECT_EQ(j.wait_exit(60s), 0) << j.dump();
+    expect_no_pe_left(j, 2);
+}
+
 TEST(doctor, a_bad_duration_is_a_usage_error_naming_the_flag) {
     job j({"--report-stuck-after", "abc", hang_pe, "healthy"});
     EXPECT_EQ(j.wait_exit(30s), 2);

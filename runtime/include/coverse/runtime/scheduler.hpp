@@ -225,6 +225,9 @@ public:
     void post(std::coroutine_handle<> h) {
         post([](void* a) { std::coroutine_handle<>::from_address(a).resume(); }, h.address());
     }
+    /// The eventfd that post() writes to wake a sleeping scheduler. A posting thread that
+    /// keeps a file table of its own (unshare(CLONE_FILES)) must keep this one open in it.
+    [[nodiscard]] int wake_fd() const noexcept { return _wake_fd; }
 
     /// `co_await sched.enter()` continues the awaiting coroutine on this scheduler.
     auto enter() noexcept {
