@@ -1140,6 +1140,92 @@ TEST_P(mesh_test, copies_sent_in_part_then_appended_to_arrive_whole_and_in_order
     EXPECT_EQ(res.errors[1], "");
 }
 
+// post_copy() sends the first frame since the last flush() on an idle connection itself
+// (mesh::send_copies_now): PE 1 has it while PE 0's loop stands still. The frames after it
+// wait for flush(), to leave together; after a flush that sent several frames, the next one
+// waits for flush() too (a burst's first frame sent alone would cost the receiver a second
+// arrival), until a flush sends a lone frame again. Asio's stream has no send at once: there
+// every frame waits for the loop.
+task<void> copies_sent_at_once(std::uint32_t r, mesh& m, backend_kind kind,
+                               std::atomic<int>* arrived) {
+    constexpr int frames = 8;
+    frame_header h;
+    if (r == 1) {
+        if (co_await m.send(0, h, {}) != 0) throw std::runtime_error("PE 1's ready frame");
+        for (int i = 0; i < frames; ++i) {
+            auto got = co_await m.receive();
+            if (!got || !check(got->frame.payload_bytes(), 0, static_cast<std::uint32_t>(i)))
+                throw std::runtime_error("frame " + std::to_string(i) + " missing or out of order");
+            arrived->store(i + 1);
+        }
+        co_return;
+    }
+    // Its loop has turned since the connection came up: the writer idles.
+    if (!co_await m.receive()) throw std::runtime_error("PE 1's ready frame never came");
+    const bool at_once = kind != backend_kind::asio;
+    // PE 0's loop stands still meanwhile: only what a call sent itself can arrive. A frame
+    // that should not have left is given 50 ms to show that it did.
+    const auto arrivals = [arrived](int want) {
+        if (want <= arrived->load()) {
+            std::this_thread::sleep_for(50ms);
+            return arrived->load();
+        }
+        const auto end = std::chrono::steady_clock::now() + 10s;
+        while (arrived->load() < want && std::chrono::steady_clock::now() < end)
+            std::this_thread::sleep_for(1ms);
+        return arrived->load();
+    };
+    lost_counter lost;
+    std::vector<std::byte> word(8);
+    int next = 0;
+    const auto copy = [&] {
+        fill(word, 0, static_cast<std::uint32_t>(next++));
+        if (const int rc = m.post_copy(1, h, word, &lost_counter::on_lost, &lost); rc != 0)
+            throw std::runtime_error("post_copy returned " + std::to_string(rc));
+    };
+    const auto expect = [&](int want, const char* what) {
+        const int got = arrivals(want);
+        if (got != want)
+            throw std::runtime_error(std::string(what) + ": " + std::to_string(got) +
+                                     " frames arrived, expected " + std::to_string(want));
+    };
+    copy();  // 0: a lone frame on an idle connection
+    expect(at_once ? 1 : 0, "the first frame, with the loop standing still");
+    copy();  // 1: the second since the last flush waits for the next
+    expect(at_once ? 1 : 0, "the second frame before flush()");
+    m.flush();
+    expect(at_once ? 2 : 0, "after flush()");
+    copy();  // 2: at once again; 3 and 4 leave together at flush(), a burst
+    copy();
+    copy();
+    expect(at_once ? 3 : 0, "a burst's first frame");
+    m.flush();
+    expect(at_once ? 5 : 0, "a burst's rest after flush()");
+    copy();  // 5: after a burst, waits for flush()
+    expect(at_once ? 5 : 0, "the frame after a burst, before flush()");
+    m.flush();
+    expect(at_once ? 6 : 0, "the frame after a burst, after flush()");
+    copy();  // 6: a flush of one frame ends the burst: at once again
+    expect(at_once ? 7 : 0, "the frame after a lone flushed one");
+    copy();
+    m.flush();
+    while (arrived->load() < frames)
+        co_await sleep_for(1ms);  // the loop turns: Asio's writer sends them all
+    if (lost.calls != 0) throw std::runtime_error("copies reported lost");
+}
+
+TEST_P(mesh_test, a_lone_copied_frame_leaves_at_once_and_a_burst_waits_for_flush) {
+    const backend_kind kind = GetParam();
+    std::atomic<int> arrived{0};
+    auto res = run_job(2, kind, [kind, &arrived](std::uint32_t r, mesh& m) {
+        return copies_sent_at_once(r, m, kind, &arrived);
+    });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    EXPECT_EQ(res.errors[0], "");
+    EXPECT_EQ(res.errors[1], "");
+    EXPECT_EQ(arrived.load(), 8);
+}
+
 // Credits the layer above hands out for a frame as it leaves (frame_hook::credits_for) ride
 // in the header of copied frames too: every credit handed out by PE 0 arrives at PE 1.
 struct crediting_hook final : frame_hook {

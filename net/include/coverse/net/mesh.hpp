@@ -166,7 +166,10 @@ public:
     /// post() of a small frame by copy, for the machine layer's small-message fast path:
     /// the header and payload are copied behind the frames this call copied before for
     /// `pe` (up to 64 KiB, one queued entry, sent in one gather with them), so `payload`
-    /// is free again on return and nothing is called back for it. Order with post() and
+    /// is free again on return and nothing is called back for it. The first such frame
+    /// since the last flush() on a connection with nothing queued and its writer idle goes
+    /// to the socket within the call (a reply leaves without waiting for its handler to
+    /// return); the ones after it wait for flush(), to leave together. Order with post() and
     /// send() holds: -EAGAIN when the copies cannot take it in order now (the entry is
     /// full, being written, or other frames are queued behind it): post() it instead.
     /// -ENOTCONN / -EINVAL / -ENOMEM as for post(). `on_lost(ctx, pe, result)` is kept
@@ -179,6 +182,7 @@ public:
     /// frames that went run here. For a caller at the end of a unit of work — the machine
     /// core after each handler — so that its sends leave together, at once.
     void flush() noexcept {
+        ++_flushes;  // post_copy() may send the next frame on each connection itself
         if (!_flush.empty()) flush_queued();  // the usual case after a handler: nothing
     }
 
@@ -276,6 +280,11 @@ private:
     void stamp_credits(const connection* c, outgoing* o) noexcept;
     /// Appends what is left to send of a frame (header, payload) to a gather; its bytes.
     static std::size_t add_parts(const outgoing* o, std::vector<std::span<const std::byte>>& parts);
+    /// A post_copy() entry none of which went yet, as one buffer: its header copied into
+    /// the room before its payload.
+    static std::span<const std::byte> whole_copies(const outgoing* o) noexcept;
+    /// post_copy()'s send at once; true when the whole frame went.
+    bool send_copies_now(connection* c) noexcept;
     void flush_queued() noexcept;
     /// A frame was queued on `c` (post, post_copy): registers it for flush() while its
     /// writer idles, and wakes the writer.
@@ -283,6 +292,7 @@ private:
     void encode_ours(const frame_header& header, std::size_t payload_length,
                      std::span<std::byte, header_size> out) const noexcept;
     std::vector<connection*> _flush;  // connections post() queued on while their writer idled
+    std::uint64_t _flushes = 0;       // flush() calls: post_copy's direct sends, one per each
     std::vector<std::span<const std::byte>> _flush_parts;
     task<void> reader(connection* c);
     void deliver(connection* c, frame f);
