@@ -208,6 +208,34 @@ TEST_F(scheduler_test, a_call_deferred_while_the_loop_goes_to_sleep_runs_without
     EXPECT_FALSE(timer_fired) << "the loop slept with a deferred call queued";
 }
 
+// A spinning loop reads the clock for its timers on every 8th idle turn only (step()); the
+// turns in between must not leave a later run_once() of its own caller (CsdSchedulePoll,
+// CmiDeliverMsgs) without its timers: a due timer fires in the first one.
+TEST_F(scheduler_test, a_due_timer_fires_in_run_once_right_after_an_idle_spin) {
+    bool far_fired = false, due_fired = false;
+    const auto set = [](timer_node* n) noexcept { *static_cast<bool*>(n->context) = true; };
+    timer_node far;  // armed through the spin, so that every idle turn has timers to skip
+    far.fire = set;
+    far.context = &far_fired;
+    far.deadline = clock::now() + std::chrono::hours(1);
+    sched->add_timer(far);
+    for (int idle_turns = 1; idle_turns <= 9; ++idle_turns) {
+        int turns = 0;
+        sched->run_until([&] { return ++turns > idle_turns; });  // ends on a skipping turn too
+        timer_node due;
+        due.fire = set;
+        due.context = &due_fired;
+        due.deadline = clock::now();
+        sched->add_timer(due);
+        due_fired = false;
+        sched->run_once();
+        if (due.armed()) sched->cancel_timer(due);
+        EXPECT_TRUE(due_fired) << "after " << idle_turns << " turns";
+    }
+    sched->cancel_timer(far);
+    EXPECT_FALSE(far_fired);
+}
+
 TEST_F(scheduler_test, a_deferred_call_that_throws_is_reported_with_its_name) {
     std::string failed;
     auto old = set_spawn_failure_handler([&](std::string_view name, std::exception_ptr e) {

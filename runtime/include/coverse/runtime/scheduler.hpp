@@ -299,6 +299,7 @@ private:
     std::deque<std::function<void()>> _deliveries;
     int _delivery_depth = 0;
     bool _end_turn = false;
+    bool _timers_skip = false;         // step(): this idle turn leaves the timers unread (run_once)
     bool _shared_memory_only = false;  // see set_shared_memory_only
     unsigned _kernel_poll_every = 1;
     unsigned _kernel_polls_skipped = 0;
