@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -278,6 +279,7 @@ pe_doctor::pe_doctor(pe_core& core, int fd) : _shared(std::make_shared<shared>(c
     _shared->heard_at.assign(n, clock::time_point::min());
     _shared->sample(clock::now());
     _thread = std::thread([s = _shared] { s->run(); });
+    pthread_setname_np(_thread.native_handle(), "coverse-doctor");  // top -H, /proc: named
 }
 
 pe_doctor::~pe_doctor() {

@@ -440,9 +440,10 @@ void scheduler::step(loop_state& st) {
     // While it spins idle, the loop reads the clock for its timers on every 8th turn only: a
     // read is ~25 ns here, and with a timer armed it was ~7 % of the CPU samples of an 8 B
     // TCP ping-pong, each turn the longer (docs/perf.md, stop 41). A timer fires at most 7
-    // idle turns late, a few µs; a busy loop, and run_once() called by itself, read it on
+    // idle turns late, a few µs; a busy loop, run_once() called by itself, and a loop whose
+    // idle turns yield the CPU (more PEs than cores: a turn may be a time slice) read it on
     // every turn.
-    _timers_skip = st.idle && (st.idle_polls & 7) != 0;
+    _timers_skip = st.idle && !_opts.yield_while_spinning && (st.idle_polls & 7) != 0;
     if (run_once() || !_ready.empty() || _deferred_head) {
         st.idle = false;
         return;

@@ -208,9 +208,31 @@ TEST_F(scheduler_test, a_call_deferred_while_the_loop_goes_to_sleep_runs_without
     EXPECT_FALSE(timer_fired) << "the loop slept with a deferred call queued";
 }
 
+// How many loop turns after it fell due (armed from the 20th turn's predicate, the loop
+// idle by then) a timer fired while run_until() spun; -1 if it never did.
+int turns_until_a_due_timer_fires(scheduler& s) {
+    bool fired = false;
+    int turn = 0, fired_at = -1;
+    constexpr int due_at = 20;
+    timer_node due;
+    due.fire = [](timer_node* n) noexcept { *static_cast<bool*>(n->context) = true; };
+    due.context = &fired;
+    s.run_until([&] {
+        if (++turn == due_at) {
+            due.deadline = clock::now();
+            s.add_timer(due);
+        }
+        if (fired && fired_at < 0) fired_at = turn;
+        return fired_at >= 0 || turn > 100'000;
+    });
+    if (due.armed()) s.cancel_timer(due);
+    return fired_at < 0 ? -1 : fired_at - due_at;
+}
+
 // A spinning loop reads the clock for its timers on every 8th idle turn only (step()); the
 // turns in between must not leave a later run_once() of its own caller (CsdSchedulePoll,
-// CmiDeliverMsgs) without its timers: a due timer fires in the first one.
+// CmiDeliverMsgs) without its timers: a due timer fires in the first one. While the loop
+// spins, a timer that falls due fires within 8 idle turns.
 TEST_F(scheduler_test, a_due_timer_fires_in_run_once_right_after_an_idle_spin) {
     bool far_fired = false, due_fired = false;
     const auto set = [](timer_node* n) noexcept { *static_cast<bool*>(n->context) = true; };
@@ -232,6 +254,10 @@ TEST_F(scheduler_test, a_due_timer_fires_in_run_once_right_after_an_idle_spin) {
         if (due.armed()) sched->cancel_timer(due);
         EXPECT_TRUE(due_fired) << "after " << idle_turns << " turns";
     }
+    // And while it spins: a timer that falls due fires within 8 idle turns.
+    const int late = turns_until_a_due_timer_fires(*sched);
+    EXPECT_GE(late, 0) << "a due timer did not fire while the loop spun";
+    EXPECT_LE(late, 9) << "it fired " << late << " turns after it fell due";
     sched->cancel_timer(far);
     EXPECT_FALSE(far_fired);
 }
@@ -331,6 +357,24 @@ TEST_F(no_spin_test, timers_wake_a_blocked_scheduler) {
     const auto blocks_before = sched->stats().blocks;
     sync_wait([]() -> task<void> { co_await sleep_for(5ms); }());
     EXPECT_GT(sched->stats().blocks, blocks_before);
+}
+
+// More PEs than cores: each idle turn yields the CPU and may be a time slice, so such a loop
+// reads the clock for its timers on every turn: a timer that falls due mid-spin fires in the
+// next turn.
+class yielding_test : public runtime_test {
+protected:
+    scheduler_options options() override {
+        scheduler_options o;
+        o.yield_while_spinning = true;
+        return o;
+    }
+};
+
+TEST_F(yielding_test, a_timer_due_while_the_loop_spins_fires_in_the_next_turn) {
+    const int late = turns_until_a_due_timer_fires(*sched);
+    EXPECT_GE(late, 0) << "a due timer did not fire while the loop spun";
+    EXPECT_LE(late, 1) << "it fired " << late << " turns after it fell due";
 }
 
 TEST(scheduler_fallback, runs_without_io_uring) {

@@ -169,7 +169,8 @@ public:
     /// is free again on return and nothing is called back for it. The first such frame
     /// since the last flush() on a connection with nothing queued and its writer idle goes
     /// to the socket within the call (a reply leaves without waiting for its handler to
-    /// return); the ones after it wait for flush(), to leave together. Order with post() and
+    /// return), unless that connection's last flush sent several frames; the ones after it
+    /// wait for flush(), to leave together. Order with post() and
     /// send() holds: -EAGAIN when the copies cannot take it in order now (the entry is
     /// full, being written, or other frames are queued behind it): post() it instead.
     /// -ENOTCONN / -EINVAL / -ENOMEM as for post(). `on_lost(ctx, pe, result)` is kept
