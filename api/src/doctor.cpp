@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -69,7 +70,7 @@ std::string symbol_of(const void* fn) {
 // ping-pong over loopback TCP (docs/perf.md, stop 41). Without close_range (kernels
 // before 5.9) the table stays shared: the copy would keep every socket of the PE open after
 // the PE closes it, and a peer would never see it end.
-void keep_only(std::vector<int> keep) noexcept {
+void keep_only(std::array<int, 4> keep) noexcept {
     if (::close_range(~0U, ~0U, 0) != 0) return;  // closes nothing: says whether it exists
     if (::unshare(CLONE_FILES) != 0) return;
     std::sort(keep.begin(), keep.end());

@@ -137,7 +137,7 @@ struct mesh::connection {
     std::size_t copies_room = 0;
     bool copies_queued = false;            // in `queue` or in the writer's hands
     std::uint64_t sent_direct_at = ~0ull;  // mesh::_flushes when post_copy last sent by itself
-    std::uint32_t copies_frames = 0;       // frames in `copies` while queued
+    bool copies_appended = false;          // `copies` holds more than its first frame
     bool bursts = false;  // the last flush of this connection's queue sent more than one frame
     lost_callback copies_lost = nullptr;
     void* copies_ctx = nullptr;
@@ -771,9 +771,8 @@ int mesh::post_copy(std::uint32_t pe, const frame_header& header,
         o.sent = 0;
         o.payload = {};
         c->copies_queued = true;
-        c->copies_frames = 0;
     }
-    ++c->copies_frames;
+    c->copies_appended = kept > 0;
     std::byte* const bytes = c->copied.get() + header_size;
     std::byte* at = bytes + o.payload.size();
     if (kept == 0) {
@@ -833,15 +832,15 @@ void mesh::flush_queued() noexcept {
             c->st != connection_state::connected)
             continue;  // the writer has it (or it is failing)
         _flush_parts.clear();
-        std::size_t frames = 0, bytes = 0, copied = 0;
+        std::size_t frames = 0, bytes = 0;
+        bool several = false;  // frames, counting those of the copies entry
         for (outgoing* o : c->queue) {
             if (frames == batch_frames || (frames > 0 && bytes >= batch_bytes)) break;
             stamp_credits(c, o);
             bytes += add_parts(o, _flush_parts);
-            ++frames;
-            if (o == &c->copies) copied = c->copies_frames - 1;  // the entry counted once
+            several |= ++frames > 1 || (o == &c->copies && c->copies_appended);
         }
-        c->bursts = frames + copied > 1;
+        c->bursts = several;
         const int r = c->s->try_send(_flush_parts);
         if (r <= 0) continue;  // full, or an error the writer meets again and reports
         // Complete every frame that went whole, oldest first; a callback may post behind.

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <utility>
 
 #include <coverse/alloc/config.hpp>
 #include <coverse/runtime/scope.hpp>
@@ -400,11 +399,10 @@ bool scheduler::deliver_one() {
     return true;
 }
 
-bool scheduler::run_once() {
+bool scheduler::turn(bool timers) {
     // An idle iteration is what a spinning PE repeats between messages, and the time to
     // notice a message is up to one of them: each step is guarded by a test of its own
     // queue, so an idle turn is a few loads and the pollers.
-    const bool timers_due = !std::exchange(_timers_skip, false);
     bool did = !_ready.empty() && run_ready();
     if (_deferred_head) did |= run_deferred();
     if (_end_turn) {
@@ -414,7 +412,7 @@ bool scheduler::run_once() {
         return true;
     }
     if (!_remote_batch.empty() || !_remote.empty()) did |= drain_remote();
-    if (timers_due && !_timers.empty()) did |= fire_timers(clock::now());
+    if (timers && !_timers.empty()) did |= fire_timers(clock::now());
     if (_reactor) {
         // Entering the kernel is what costs here (1-2 µs). A ring with TASKRUN_FLAG says
         // when that would find work, so poll() is asked only then; on a ring without it,
@@ -443,8 +441,8 @@ void scheduler::step(loop_state& st) {
     // idle turns late, a few µs; a busy loop, run_once() called by itself, and a loop whose
     // idle turns yield the CPU (more PEs than cores: a turn may be a time slice) read it on
     // every turn.
-    _timers_skip = st.idle && !_opts.yield_while_spinning && (st.idle_polls & 7) != 0;
-    if (run_once() || !_ready.empty() || _deferred_head) {
+    const bool timers = !st.idle || _opts.yield_while_spinning || (st.idle_polls & 7) == 0;
+    if (turn(timers) || !_ready.empty() || _deferred_head) {
         st.idle = false;
         return;
     }

@@ -173,7 +173,7 @@ public:
     /// remote posts, expired timers, the reactor, the pollers, and deliveries when not
     /// nested.
     /// Returns whether anything ran.
-    bool run_once();
+    bool run_once() { return turn(true); }
     /// Runs the ready tasks now (up to the quota) and the deferred calls, nothing else: for
     /// a dispatch loop whose handler just woke the task that waits for its message (a
     /// coroutine stream), so that the task runs before the next message is looked for, as a
@@ -277,6 +277,9 @@ private:
     void step(loop_state& st);
     bool run_ready();
     bool run_deferred();
+    /// run_once(), reading the clock for the timers only when `timers` (step() skips it on
+    /// most idle turns).
+    bool turn(bool timers);
     bool drain_remote();
     bool fire_timers(clock::time_point now);
     bool poll_pollers();
@@ -299,7 +302,6 @@ private:
     std::deque<std::function<void()>> _deliveries;
     int _delivery_depth = 0;
     bool _end_turn = false;
-    bool _timers_skip = false;         // step(): this idle turn leaves the timers unread (run_once)
     bool _shared_memory_only = false;  // see set_shared_memory_only
     unsigned _kernel_poll_every = 1;
     unsigned _kernel_polls_skipped = 0;
