@@ -28,6 +28,8 @@
 
 namespace coverse::detail {
 
+std::unique_ptr<pe_core>& core_slot();  // converse.cpp: the process's PE
+
 pe_core* pe_core::_instance = nullptr;
 
 void wait_list::notify_all() {
@@ -185,6 +187,13 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     if (info && info->num_pes > cores_for_pes()) so.yield_while_spinning = true;
     _sched = std::make_unique<scheduler>(so);
     _instance = this;
+    // Registered after the PE's slot (a static made before this PE): it runs before that
+    // slot's destructor does.
+    // The pid: a child this PE forks (without exec) inherits the handler and must not fail
+    // the job when it exits.
+    static const pid_t exit_handler_pid = ::getpid();
+    [[maybe_unused]] static const bool exit_handler =
+        ::on_exit(&on_process_exit, const_cast<pid_t*>(&exit_handler_pid)) == 0;
 
     if (info) {
         if (!_startup) relay_stdout();  // printf lines through the launcher, in order
@@ -586,7 +595,7 @@ std::optional<std::string> pe_core::read_line() {
     return line;
 }
 
-[[noreturn]] void pe_core::abort_job(const std::string& text) {
+[[noreturn]] void pe_core::abort_job(const std::string& text, int status) {
     std::fflush(stdout);
     if (_trace) _trace->flush();  // what led to the abort is what the trace is for
     // Without coverse-run nobody stops the others (PMIx, the CRM): tell the PEs we are
@@ -598,21 +607,21 @@ std::optional<std::string> pe_core::read_line() {
     // without coverse-run nobody removes them later; Slurm stops the others with SIGKILL.
     if (_rdma) _rdma->unlink_names(true);
     if (_launcher) {
-        _launcher->abort(1, text);
+        _launcher->abort(status, text);
     } else if (_startup) {
-        _startup->abort(1, text);
+        _startup->abort(status, text);
     } else {
         std::fprintf(stderr, "coverse: PE %u aborted: %s\n", _pe, text.c_str());
     }
     std::fflush(nullptr);
-    std::_Exit(1);
+    std::_Exit(status);
 }
 
-[[noreturn]] void pe_core::fail_pe(const std::string& text) {
+[[noreturn]] void pe_core::fail_pe(const std::string& text, int status) {
     // Under a spawner (mpirun, srun, the CRM) the job stops as on CmiAbort: they end a job
     // whose process exits non-zero (Slurm's PMIx plugin too, for a client gone without
     // PMIx_Finalize), and ON_PEER_LOST=report is coverse-run's.
-    if (!_report_lost || _num_pes < 2 || !_launcher) abort_job(text);
+    if (!_report_lost || _num_pes < 2 || !_launcher) abort_job(text, status);
     static bool failing = false;  // a second failure while the first finishes its sends
     std::fflush(stdout);          // its own lines before the report of its end
     print("coverse: PE " + std::to_string(_pe) + " failed: " + text +
@@ -629,7 +638,29 @@ std::optional<std::string> pe_core::read_line() {
     std::fflush(nullptr);
     if (_trace) _trace->flush();
     if (_rdma) _rdma->unlink_names(false);
-    std::_Exit(1);
+    std::_Exit(status);
+}
+
+// exit() called while this PE of a job of several runs, before ConverseExit and before
+// coverse::run returned (both shut the PE down first, and this does nothing then). With
+// status 0 the process's exit handlers go on to destroy the PE, whose shutdown is
+// ConverseExit's: the exit vote waits for the other PEs to end too. Any other status means
+// the program failed here, while the others may be waiting on this PE: the job stops as on
+// CmiAbort, naming the PE and the status (under ON_PEER_LOST=report this PE alone leaves),
+// and the process ends with that status.
+void pe_core::on_process_exit(int status, void* registered_by) noexcept {
+    if (::getpid() != *static_cast<const pid_t*>(registered_by)) {
+        // A child the PE forked (without exec) ends: it holds a copy of the PE, whose
+        // shutdown would speak on the PE's connections and remove its shared-memory names.
+        // The copy is left to the child's end.
+        (void)core_slot().release();
+        return;
+    }
+    pe_core* c = _instance;
+    if (!c || c->_shut_down || status == 0 || c->_num_pes < 2) return;
+    c->fail_pe("PE " + std::to_string(c->_pe) + " called exit(" + std::to_string(status) +
+                   ") before the job's end (ConverseExit ends it on every PE)",
+               status);
 }
 
 bool pe_core::progress_briefly(const std::function<bool()>& done, clock::duration limit) {

@@ -310,13 +310,18 @@ public:
     // ---- I/O through the launcher ------------------------------------------------------------
     void print(std::string_view text, bool to_stderr);
     std::optional<std::string> read_line();
-    [[noreturn]] void abort_job(const std::string& text);
+    /// Stops the job (the launcher or the spawner stops every PE) saying why; this PE ends
+    /// with `status`.
+    [[noreturn]] void abort_job(const std::string& text, int status = 1);
     /// The program failed on this PE (its entry task or a spawned task threw): other PEs
     /// may be waiting on it, so it does not wait for them in the exit vote. By default, and
     /// under a spawner (mpirun, srun, the CRM), the job stops as CmiAbort stops it; under
     /// coverse-run with ON_PEER_LOST=report this PE alone leaves with status 1 (its sends in
     /// flight get up to 1 s) and the others see it lost.
-    [[noreturn]] void fail_pe(const std::string& text);
+    [[noreturn]] void fail_pe(const std::string& text, int status = 1);
+    /// The process's exit handler (on_exit): exit() with a non-zero status while this PE of
+    /// a job of several still runs fails the PE as fail_pe does, with that status.
+    static void on_process_exit(int status, void*) noexcept;
 
     // ---- the hang report (doctor.cpp, docs/doctor.md) ------------------------------------
     const pe_activity& activity() const noexcept { return _activity; }

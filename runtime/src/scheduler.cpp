@@ -163,18 +163,28 @@ scheduler::scheduler(scheduler_options opts) : _opts(opts) {
 }
 
 scheduler::~scheduler() {
-    // 1. Ask spawned tasks to stop and let them finish.
+    // 1. Ask spawned tasks to stop and let them finish. When the scheduler dies inside one
+    //    of its own task resumptions (exit() called from a task: the process's exit
+    //    handlers end the PE), the tasks on the stack below us never return to the loop:
+    //    the others are waited for, those are left as they are (the process is ending).
     if (_root->live() > 0) {
         _root->request_stop();
+        const std::size_t on_stack = _resuming;
         const auto end = clock::now() + std::chrono::seconds(10);
-        run_until([&] { return _root->live() == 0 || clock::now() > end; });
-        if (_root->live() > 0) {
+        timer_node deadline;  // wakes a loop that would otherwise block with nothing armed
+        deadline.deadline = end;
+        deadline.fire = [](timer_node*) noexcept {};
+        add_timer(deadline);
+        run_until([&] { return _root->live() <= on_stack || clock::now() > end; });
+        cancel_timer(deadline);
+        if (_root->live() > on_stack) {
             std::fprintf(stderr,
                          "coverse: scheduler shutdown: %zu spawned task(s) did not stop within "
                          "10 s after a stop request: %s\n",
                          _root->live(), _root->live_names().c_str());
             std::abort();
         }
+        if (_root->live() > 0) (void)_root.release();  // their frames are still running
     }
     _root.reset();
     // 2. Cancel our own request and reap until the ring has nothing in flight: closing
@@ -284,7 +294,9 @@ bool scheduler::run_ready() {
     while (n < _opts.task_quota && !_ready.empty()) {
         std::coroutine_handle<> h = _ready.front();
         _ready.pop_front();
+        ++_resuming;
         h.resume();
+        --_resuming;
         ++n;
     }
     _stats.resumed += n;

@@ -1,10 +1,14 @@
 // The program fails on one PE while the others wait on it (issue 15: an escaped exception is
 // reported, the job never hangs). Run by expect_pe_failure.sh through coverse-run.
 //
-// Usage: coro_entry_failure_pe entry|task
+// Usage: coro_entry_failure_pe entry|task|exit|exit0
 //   entry  the last PE's entry task throws once every PE is past the start barrier
 //   task   the last PE spawns a task that throws, and its entry then waits on a stream
 //          no one sends to
+//   exit   the last PE's entry task calls std::exit(3) there instead (the process's exit
+//          handlers run inside the task: the job must stop with status 3, not wait for the
+//          task to end, which it never does)
+//   exit0  (1 PE) the entry task calls std::exit(0): the PE ends with status 0 at once
 // Every other PE waits for a message from the last PE that never comes. With the default
 // ON_PEER_LOST the job must stop, naming the PE and the exception; with report each of them
 // must learn of the failed PE's loss (its receive throws peer_lost, or is_lost says so
@@ -41,7 +45,13 @@ coverse::task<void> give_up(std::uint32_t pe) {
 
 coverse::task<void> entry(coverse::machine& m) {
     coverse::message_stream& s = m.register_stream();
-    EXPECT(scenario == "entry" || scenario == "task", "unknown scenario '%s'", scenario.c_str());
+    EXPECT(scenario == "entry" || scenario == "task" || scenario == "exit" || scenario == "exit0",
+           "unknown scenario '%s'", scenario.c_str());
+    if (scenario == "exit0") {
+        EXPECT(m.num_pes() == 1, "exit0 is for 1 PE");
+        std::printf("PE 0 calls exit(0) from its entry task\n");
+        std::exit(0);
+    }
     co_await m.barrier();
     const std::uint32_t failing = m.num_pes() - 1;
     // The others tell the failing PE they are past the barrier: a collective still in
@@ -57,6 +67,10 @@ coverse::task<void> entry(coverse::machine& m) {
         co_await m.send_value(failing, s.handler(), 1);
     }
     if (m.pe() == failing) {
+        if (scenario == "exit") {
+            std::fflush(stdout);
+            std::exit(3);
+        }
         if (scenario == "entry") co_await give_up(m.pe());
         m.spawn(give_up(m.pe()), "giving-up task");
         (void)co_await s.next();  // nobody sends: only the failure ends this PE

@@ -7,11 +7,14 @@
 #           its loss, finish and exit 0; the failed PE says why, and the job's status is
 #           its (non-zero).
 # A hang is the bug this guards against: ctest's timeout fails it.
-# On 1 PE a failed entry is not a job's failure to stop: run() returns 1 (after saying why).
-# Usage: expect_pe_failure.sh abort|report <PEs> <coverse-run> <program> entry|task [++set ...]
+# `exit`: the last PE calls exit(3) from its entry task instead: the same, and the failed
+# PE's status is 3 (the job's too, when it stops).
+# On 1 PE a failed entry is not a job's failure to stop: run() returns 1 (after saying why);
+# exit(3) and exit(0) (`exit0`) from the entry end the PE with that status at once.
+# Usage: expect_pe_failure.sh abort|report <PEs> <coverse-run> <program> entry|task|exit|exit0 [++set ...]
 set -u
 if [ $# -lt 5 ]; then
-    echo "usage: expect_pe_failure.sh abort|report <PEs> <coverse-run> <program> entry|task [++set ...]" >&2
+    echo "usage: expect_pe_failure.sh abort|report <PEs> <coverse-run> <program> entry|task|exit|exit0 [++set ...]" >&2
     exit 2
 fi
 mode=$1 npes=$2 run=$3 prog=$4 scenario=$5
@@ -28,12 +31,23 @@ set -- "$run" --verbose -n "$npes" "$prog" "$scenario" "$@"
 [ "$mode" = report ] && set -- "$@" ++set ON_PEER_LOST=report
 "$@" >"$out" 2>&1 </dev/null
 status=$?
-[ "$status" -ne 0 ] || fail "the job exited with status 0 although PE $failing failed"
-if [ "$scenario" = entry ]; then
-    why="the entry task failed: PE $failing gave up"
-else
-    why="spawned task 'giving-up task' failed: PE $failing gave up"
+if [ "$scenario" = exit0 ]; then
+    [ "$status" -eq 0 ] || fail "the PE's status is $status, not exit(0)'s"
+    grep -q "PE 0 calls exit(0)" "$out" || fail "the entry task did not run"
+    echo "expect_pe_failure.sh: exit(0) from the entry task, $npes PE: status 0 ok"
+    exit 0
 fi
+[ "$status" -ne 0 ] || fail "the job exited with status 0 although PE $failing failed"
+if [ "$scenario" = exit ] && [ "$npes" -eq 1 ]; then
+    [ "$status" -eq 3 ] || fail "the PE's status is $status, not exit(3)'s"
+    echo "expect_pe_failure.sh: exit(3) from the entry task, 1 PE: status 3 ok"
+    exit 0
+fi
+case $scenario in
+    entry) why="the entry task failed: PE $failing gave up" ;;
+    task) why="spawned task 'giving-up task' failed: PE $failing gave up" ;;
+    *) why="PE $failing called exit(3) before the job's end (ConverseExit ends it on every PE)" ;;
+esac
 if [ "$npes" -eq 1 ] && [ "$scenario" = entry ]; then
     [ "$status" -eq 1 ] || fail "the job's status is $status, not run()'s 1"
     grep -q "coverse: PE 0: $why" "$out" || fail "PE 0 does not say: $why"
@@ -43,10 +57,17 @@ fi
 if [ "$mode" = abort ] || [ "$npes" -eq 1 ]; then
     grep -q "PE $failing aborted: $why" "$out" || fail "coverse-run does not say: PE $failing aborted: $why"
     grep -q "finished" "$out" && fail "a PE finished although the job should have stopped"
+    if [ "$scenario" = exit ]; then
+        [ "$status" -eq 3 ] || fail "the job's status is $status, not the failed PE's exit(3)"
+    fi
     echo "expect_pe_failure.sh: $scenario, $npes PEs, $mode: the job stopped (status $status) naming PE $failing and why ok"
     exit 0
 fi
 grep -q "PE $failing failed: $why; ON_PEER_LOST=report" "$out" || fail "PE $failing does not say: $why"
+if [ "$scenario" = exit ]; then
+    grep -q "PE $failing of $npes (pid [0-9]*) exited with status 3" "$out" ||
+        fail "PE $failing did not exit with exit(3)'s status"
+fi
 s=0
 while [ $s -lt $failing ]; do
     grep -q "PE $s got PE $failing's last message" "$out" || fail "PE $s did not get PE $failing's last message"

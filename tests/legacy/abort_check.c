@@ -5,7 +5,11 @@
  * job fails with the abort message.
  * -alone: no barrier and no message: the last PE aborts at once, and the others, connected
  * to nobody (CONNECT=lazy), sit in the scheduler: only the starter can stop them (under
- * PMIx: the PMIx_Abort that CmiAbort calls). */
+ * PMIx: the PMIx_Abort that CmiAbort calls).
+ * -exit: the last PE's handler calls exit(3) instead, as legacy programs do: the job must
+ * stop the same way, with status 3 (expect_exit.sh), not wait for that PE's ConverseExit. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <converse.h>
@@ -15,9 +19,15 @@ typedef struct {
 } small_msg;
 
 static int abort_handler_id;
+static int by_exit;
 
 static void abort_handler(void* msg) {
     CmiFree(msg);
+    if (by_exit) {
+        printf("abort_check: PE %d of %d calls exit(3)\n", CmiMyPe(), CmiNumPes());
+        fflush(stdout);
+        exit(3);
+    }
     CmiAbort("abort_check: deliberate abort on PE %d of %d (expected by this test)", CmiMyPe(),
              CmiNumPes());
 }
@@ -25,11 +35,14 @@ static void abort_handler(void* msg) {
 static void start(int argc, char** argv) {
     int i;
     for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "-exit") == 0) by_exit = 1;
+    for (i = 1; i < argc; ++i)
         if (strcmp(argv[i], "-alone") == 0) {
             if (CmiMyPe() == CmiNumPes() - 1)
-                CmiAbort("abort_check: deliberate abort on PE %d of %d, alone (expected by this "
-                         "test)",
-                         CmiMyPe(), CmiNumPes());
+                CmiAbort(
+                    "abort_check: deliberate abort on PE %d of %d, alone (expected by this "
+                    "test)",
+                    CmiMyPe(), CmiNumPes());
             return;
         }
     abort_handler_id = CmiRegisterHandler(abort_handler);

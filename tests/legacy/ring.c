@@ -1,10 +1,16 @@
 /* ring.c: a token goes around the ring of PEs (PE p hands it to PE p+1 mod N) for a number
  * of laps; every PE counts its visits and the token counts its hops. PE 0 checks the hop
  * count, every PE checks its visit count when the exit broadcast arrives.
- * Usage: ring [-laps N]   (default 100) */
+ * -fork: first every PE forks a child that returns through exit(5) without exec (a copy of
+ * the PE in it): the child's end must leave its parent's PE alone (no exit vote on the
+ * parent's connections, no shared-memory name removed), so the ring then runs as always.
+ * Usage: ring [-laps N] [-fork]   (default 100 laps) */
 #include <converse.h>
 
 #include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct {
     char header[CmiMsgHeaderSizeBytes];
@@ -68,10 +74,20 @@ static void exit_handler(void* msg) {
     CsdExitScheduler();
 }
 
+static void fork_a_child(void) {
+    int status = 0;
+    const pid_t child = fork();
+    if (child < 0) CmiAbort("ring: fork failed");
+    if (child == 0) exit(5); /* the exit handlers run in the child, before check_finished exists */
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 5)
+        CmiAbort("ring: PE %d's child did not end with exit(5)", CmiMyPe());
+}
+
 static void start(int argc, char** argv) {
     (void)argc;
     CmiGetArgIntDesc(argv, "-laps", &laps_wanted, "laps of the token around the ring");
     if (laps_wanted < 1) CmiAbort("ring: -laps must be at least 1, got %d", laps_wanted);
+    if (CmiGetArgFlagDesc(argv, "-fork", "fork a child that exits first")) fork_a_child();
     atexit(check_finished);
     token_handler_id = CmiRegisterHandler(token_handler);
     exit_handler_id = CmiRegisterHandler(exit_handler);

@@ -319,6 +319,7 @@ private:
     std::unique_ptr<wakeup_read> _wakeup;
 
     std::unique_ptr<task_scope> _root;
+    std::size_t _resuming = 0;  // tasks run_ready() is resuming, one inside another
     counters _stats;
     wait_registry _waits;
 };
