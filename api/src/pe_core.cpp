@@ -187,22 +187,21 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
     if (info && info->num_pes > cores_for_pes()) so.yield_while_spinning = true;
     _sched = std::make_unique<scheduler>(so);
     _instance = this;
+    // A constructor that throws from here on leaves no instance behind (the exit handler
+    // below, run by the caller's exit(1), reads it).
+    struct instance_guard {
+        bool kept = false;
+        ~instance_guard() {
+            if (!kept) _instance = nullptr;
+        }
+    } guard;
     // Registered after the PE's slot (a static made before this PE): it runs before that
     // slot's destructor does.
-    // The pid: a child this PE forks (without exec) inherits the handler and must not fail
-    // the job when it exits.
-    static const pid_t exit_handler_pid = ::getpid();
-    [[maybe_unused]] static const bool exit_handler =
-        ::on_exit(&on_process_exit, const_cast<pid_t*>(&exit_handler_pid)) == 0;
+    [[maybe_unused]] static const bool exit_handler = ::on_exit(&on_process_exit, nullptr) == 0;
 
     if (info) {
         if (!_startup) relay_stdout();  // printf lines through the launcher, in order
-        try {
-            start_networked(*info);
-        } catch (...) {
-            _instance = nullptr;
-            throw;
-        }
+        start_networked(*info);
     } else {
         _pe = 0;
         _num_pes = 1;
@@ -241,6 +240,7 @@ pe_core::pe_core(int& argc, char** argv) : _t0(std::chrono::steady_clock::now())
         set_spawn_failure_handler([this](std::string_view name, std::exception_ptr e) {
             fail_pe("spawned task '" + std::string(name) + "' failed: " + exception_text(e));
         });
+    guard.kept = true;
 }
 
 void pe_core::start_networked(const net::launch_info& info) {
@@ -641,26 +641,66 @@ std::optional<std::string> pe_core::read_line() {
     std::_Exit(status);
 }
 
-// exit() called while this PE of a job of several runs, before ConverseExit and before
-// coverse::run returned (both shut the PE down first, and this does nothing then). With
-// status 0 the process's exit handlers go on to destroy the PE, whose shutdown is
-// ConverseExit's: the exit vote waits for the other PEs to end too. Any other status means
-// the program failed here, while the others may be waiting on this PE: the job stops as on
-// CmiAbort, naming the PE and the status (under ON_PEER_LOST=report this PE alone leaves),
-// and the process ends with that status.
-void pe_core::on_process_exit(int status, void* registered_by) noexcept {
-    if (::getpid() != *static_cast<const pid_t*>(registered_by)) {
-        // A child the PE forked (without exec) ends: it holds a copy of the PE, whose
-        // shutdown would speak on the PE's connections and remove its shared-memory names.
-        // The copy is left to the child's end.
+// The process's exit handler: exit() called while this PE runs, before ConverseExit and
+// before coverse::run returned (both shut the PE down first; nothing is left to do then).
+// The code that called exit() (a handler, a task) is still below us on the stack and never
+// returns to the loop, so the PE is ended here and the object itself is left to the
+// process's end (its tasks' frames, the machine's scope, may still be running).
+// - Any status but 0 on a job of several PEs: the program failed here, while the others
+//   may be waiting on this PE: the job stops as on CmiAbort, naming the PE and exit(n)
+//   (under ON_PEER_LOST=report this PE alone leaves), and the process ends with n.
+// - Otherwise (exit(0), or a PE alone): the PE shuts down as ConverseExit does (the exit
+//   vote waits for the other PEs to end too), and exit() goes on.
+// - exit() from another thread of the program: the PE's loop is not that thread's to run.
+//   A failure stops the job through the launcher (or the spawner) at once; exit(0) leaves
+//   the PE as it is, and the others see it gone.
+// - A child the PE forked (without exec) that returns through exit() holds a copy of the
+//   PE, whose shutdown would speak on the PE's connections and remove its shared-memory
+//   names: the copy is left alone.
+void pe_core::on_process_exit(int status, void*) noexcept {
+    pe_core* c = _instance;
+    if (!c) return;
+    if (::getpid() != c->_pid) {
+        _instance = nullptr;
         (void)core_slot().release();
         return;
     }
-    pe_core* c = _instance;
-    if (!c || c->_shut_down || status == 0 || c->_num_pes < 2) return;
-    c->fail_pe("PE " + std::to_string(c->_pe) + " called exit(" + std::to_string(status) +
-                   ") before the job's end (ConverseExit ends it on every PE)",
-               status);
+    if (c->_shut_down) return;
+    const bool failed = status != 0 && c->_num_pes > 1;
+    // What the process's parent will see: the low byte (exit(256) is a failure too).
+    const int code = (status & 0xFF) != 0 ? (status & 0xFF) : 1;
+    std::string text;
+    if (failed)
+        text = "PE " + std::to_string(c->_pe) + " called exit(" + std::to_string(status) +
+               ") before the job's end (ConverseExit ends it on every PE)";
+    if (scheduler::current() != c->_sched.get()) {
+        if (failed) c->stop_job_now(text, code);
+        (void)core_slot().release();
+        return;
+    }
+    if (failed) c->fail_pe(text, code);
+    c->_sched->leave_tasks_at_exit();
+    try {
+        c->shutdown();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "coverse: PE %u: shutdown at exit(): %s\n", c->_pe, e.what());
+    }
+    _instance = nullptr;
+    (void)core_slot().release();
+}
+
+// From any thread: the launcher (or the spawner) stops the job saying why, and this process
+// ends with `status`. No progress of the PE's loop.
+[[noreturn]] void pe_core::stop_job_now(const std::string& text, int status) noexcept {
+    std::fflush(nullptr);
+    if (_launcher)
+        _launcher->abort(status, text);
+    else if (_startup)
+        _startup->abort(status, text);
+    else
+        std::fprintf(stderr, "coverse: PE %u aborted: %s\n", _pe, text.c_str());
+    std::fflush(nullptr);
+    std::_Exit(status);
 }
 
 bool pe_core::progress_briefly(const std::function<bool()>& done, clock::duration limit) {

@@ -13,6 +13,8 @@
 // each peer's order, through rdma::upcalls::on_message.
 #pragma once
 
+#include <unistd.h>
+
 #include <converse.h>
 
 #include <chrono>
@@ -319,9 +321,11 @@ public:
     /// coverse-run with ON_PEER_LOST=report this PE alone leaves with status 1 (its sends in
     /// flight get up to 1 s) and the others see it lost.
     [[noreturn]] void fail_pe(const std::string& text, int status = 1);
-    /// The process's exit handler (on_exit): exit() with a non-zero status while this PE of
-    /// a job of several still runs fails the PE as fail_pe does, with that status.
+    /// The process's exit handler (on_exit): exit() while this PE runs ends it there (see
+    /// pe_core.cpp); a non-zero status on a job of several PEs fails it as fail_pe does.
     static void on_process_exit(int status, void*) noexcept;
+    /// abort_job from any thread, without running the PE's loop.
+    [[noreturn]] void stop_job_now(const std::string& text, int status) noexcept;
 
     // ---- the hang report (doctor.cpp, docs/doctor.md) ------------------------------------
     const pe_activity& activity() const noexcept { return _activity; }
@@ -609,6 +613,7 @@ private:
     bool _exit_requested = false;
     bool _deliveries_held = false;
     bool _idle = false;
+    pid_t _pid = ::getpid();  // a forked child's copy of the PE is told apart by it
 
     std::uint32_t _barrier_epoch = 0;
     std::uint32_t _zero_epoch = 0;

@@ -8,7 +8,10 @@
 //   exit   the last PE's entry task calls std::exit(3) there instead (the process's exit
 //          handlers run inside the task: the job must stop with status 3, not wait for the
 //          task to end, which it never does)
-//   exit0  (1 PE) the entry task calls std::exit(0): the PE ends with status 0 at once
+//   exit0  every PE takes a message from the one before it (the receive resumed from its
+//          stream's handler, not by the loop), leaves a task of its own waiting and calls
+//          std::exit(0): the job ends with status 0 (exit(0) is ConverseExit's end), with
+//          no PE waiting for the task that called exit() or aborting over the waiting one
 // Every other PE waits for a message from the last PE that never comes. With the default
 // ON_PEER_LOST the job must stop, naming the PE and the exception; with report each of them
 // must learn of the failed PE's loss (its receive throws peer_lost, or is_lost says so
@@ -38,6 +41,10 @@ namespace {
 
 std::string scenario;
 
+coverse::task<void> wait_on(coverse::message_stream& s) {
+    (void)co_await s.next();  // nobody sends on it
+}
+
 coverse::task<void> give_up(std::uint32_t pe) {
     throw std::runtime_error("PE " + std::to_string(pe) + " gave up");
     co_return;
@@ -45,11 +52,18 @@ coverse::task<void> give_up(std::uint32_t pe) {
 
 coverse::task<void> entry(coverse::machine& m) {
     coverse::message_stream& s = m.register_stream();
+    coverse::message_stream& quiet = m.register_stream();
     EXPECT(scenario == "entry" || scenario == "task" || scenario == "exit" || scenario == "exit0",
            "unknown scenario '%s'", scenario.c_str());
     if (scenario == "exit0") {
-        EXPECT(m.num_pes() == 1, "exit0 is for 1 PE");
-        std::printf("PE 0 calls exit(0) from its entry task\n");
+        const std::uint32_t n = m.num_pes();
+        co_await m.send_value((m.pe() + 1) % n, s.handler(), static_cast<int>(m.pe()));
+        const coverse::message got = co_await s.next();
+        const int before = static_cast<int>((m.pe() + n - 1) % n);
+        EXPECT(got.as<int>() == before, "the message is not from PE %d", before);
+        m.spawn(wait_on(quiet), "waiting task");
+        std::printf("PE %u calls exit(0) from its entry task\n", m.pe());
+        std::fflush(stdout);
         std::exit(0);
     }
     co_await m.barrier();

@@ -10,7 +10,8 @@
 # `exit`: the last PE calls exit(3) from its entry task instead: the same, and the failed
 # PE's status is 3 (the job's too, when it stops).
 # On 1 PE a failed entry is not a job's failure to stop: run() returns 1 (after saying why);
-# exit(3) and exit(0) (`exit0`) from the entry end the PE with that status at once.
+# exit(3) from the entry ends the PE with that status. `exit0`: every PE calls exit(0) from
+# its entry task (with a task of its own still waiting): the job must end with status 0.
 # Usage: expect_pe_failure.sh abort|report <PEs> <coverse-run> <program> entry|task|exit|exit0 [++set ...]
 set -u
 if [ $# -lt 5 ]; then
@@ -32,9 +33,14 @@ set -- "$run" --verbose -n "$npes" "$prog" "$scenario" "$@"
 "$@" >"$out" 2>&1 </dev/null
 status=$?
 if [ "$scenario" = exit0 ]; then
-    [ "$status" -eq 0 ] || fail "the PE's status is $status, not exit(0)'s"
-    grep -q "PE 0 calls exit(0)" "$out" || fail "the entry task did not run"
-    echo "expect_pe_failure.sh: exit(0) from the entry task, $npes PE: status 0 ok"
+    [ "$status" -eq 0 ] || fail "the job's status is $status, not exit(0)'s"
+    s=0
+    while [ $s -lt "$npes" ]; do
+        grep -q "PE $s calls exit(0)" "$out" || fail "PE $s did not reach its exit(0)"
+        s=$((s + 1))
+    done
+    grep -q "did not stop\|aborted" "$out" && fail "a PE waited for its tasks or aborted"
+    echo "expect_pe_failure.sh: exit(0) from every entry task, $npes PEs: status 0 ok"
     exit 0
 fi
 [ "$status" -ne 0 ] || fail "the job exited with status 0 although PE $failing failed"

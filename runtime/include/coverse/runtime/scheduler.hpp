@@ -111,10 +111,15 @@ class scheduler {
 public:
     explicit scheduler(scheduler_options opts = scheduler_options::from_env());
     /// Stops intake, asks spawned tasks to stop, runs until they finish (reporting any that
-    /// do not within 10 s), reaps the reactor until nothing is in flight, then closes it.
+    /// do not within 10 s and aborting), reaps the reactor until nothing is in flight, then
+    /// closes it. After leave_tasks_at_exit(): 100 ms, and the tasks still running are left.
     ~scheduler();
     scheduler(const scheduler&) = delete;
     scheduler& operator=(const scheduler&) = delete;
+    /// The process is ending inside code this loop runs (exit() called from a task or a
+    /// handler): that code never returns to the loop, so the destructor must not wait for
+    /// every task to end.
+    void leave_tasks_at_exit() noexcept { _exiting = true; }
 
     /// The scheduler of the calling thread, or null.
     static scheduler* current() noexcept;
@@ -319,7 +324,7 @@ private:
     std::unique_ptr<wakeup_read> _wakeup;
 
     std::unique_ptr<task_scope> _root;
-    std::size_t _resuming = 0;  // tasks run_ready() is resuming, one inside another
+    bool _exiting = false;  // leave_tasks_at_exit()
     counters _stats;
     wait_registry _waits;
 };
