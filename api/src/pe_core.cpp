@@ -666,6 +666,13 @@ void pe_core::on_process_exit(int status, void*) noexcept {
         return;
     }
     if (c->_shut_down) return;
+    if (c->_shutting_down) {
+        // exit() from code that a loop of the PE's own shutdown ran (ConverseExit's, the
+        // end of run()'s): that shutdown never returns; a second one must not start, here
+        // or from the PE's destructor.
+        (void)core_slot().release();
+        return;
+    }
     const bool failed = status != 0 && c->_num_pes > 1;
     // What the process's parent will see: the low byte (exit(256) is a failure too).
     const int code = (status & 0xFF) != 0 ? (status & 0xFF) : 1;
@@ -673,17 +680,21 @@ void pe_core::on_process_exit(int status, void*) noexcept {
     if (failed)
         text = "PE " + std::to_string(c->_pe) + " called exit(" + std::to_string(status) +
                ") before the job's end (ConverseExit ends it on every PE)";
-    if (scheduler::current() != c->_sched.get()) {
+    if (!::pthread_equal(::pthread_self(), c->_thread)) {
         if (failed) c->stop_job_now(text, code);
         (void)core_slot().release();
         return;
     }
     if (failed) c->fail_pe(text, code);
+    std::fflush(stdout);  // a last printf line still goes through the launcher, in order
+    c->_machine.scope().request_stop();  // the program's own tasks: not run again after
     c->_sched->leave_tasks_at_exit();
     try {
         c->shutdown();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "coverse: PE %u: shutdown at exit(): %s\n", c->_pe, e.what());
+    } catch (...) {
+        std::fprintf(stderr, "coverse: PE %u: shutdown at exit() failed\n", c->_pe);
     }
     _instance = nullptr;
     (void)core_slot().release();
@@ -739,6 +750,7 @@ void pe_core::relay_abort(const std::string& text) {
 
 void pe_core::shutdown() {
     if (_shut_down) return;
+    _shutting_down = true;     // for the exit handler: exit() from inside must not start another
     _machine.close_credits();  // before the sends drain: a credit message is one of them
     // Every pending send first (a rendezvous ends at its get-done), then every rendezvous we
     // are fetching, then the disconnect handshake, which still serves what peers started

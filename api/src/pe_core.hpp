@@ -13,6 +13,7 @@
 // each peer's order, through rdma::upcalls::on_message.
 #pragma once
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <converse.h>
@@ -613,7 +614,9 @@ private:
     bool _exit_requested = false;
     bool _deliveries_held = false;
     bool _idle = false;
-    pid_t _pid = ::getpid();  // a forked child's copy of the PE is told apart by it
+    pid_t _pid = ::getpid();               // a forked child's copy of the PE is told apart by it
+    pthread_t _thread = ::pthread_self();  // the PE's thread (exit() from another one)
+    bool _shutting_down = false;           // shutdown() began
 
     std::uint32_t _barrier_epoch = 0;
     std::uint32_t _zero_epoch = 0;

@@ -165,27 +165,29 @@ scheduler::scheduler(scheduler_options opts) : _opts(opts) {
 scheduler::~scheduler() {
     // 1. Ask spawned tasks to stop and let them finish, for 10 s at most. At the process's
     //    exit (leave_tasks_at_exit), the code that called exit() may be one of them, below
-    //    us on the stack, never to return to the loop: the others get a short while, and
-    //    those still running then are left as they are (the process is ending).
+    //    us on the stack, never to return to the loop, and the PE that ran them is gone:
+    //    the loop does not run again, and the tasks still there are left as they are.
     if (_root->live() > 0) {
         _root->request_stop();
-        bool expired = false;
-        timer_node deadline;  // also wakes a loop that would otherwise block with nothing armed
-        deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
-        deadline.context = &expired;
-        deadline.deadline = clock::now() + (_exiting ? std::chrono::milliseconds(100)
-                                                     : std::chrono::milliseconds(10'000));
-        add_timer(deadline);
-        run_until([&] { return _root->live() == 0 || expired; });
-        if (deadline.armed()) cancel_timer(deadline);
-        if (_root->live() > 0 && !_exiting) {
-            std::fprintf(stderr,
-                         "coverse: scheduler shutdown: %zu spawned task(s) did not stop within "
-                         "10 s after a stop request: %s\n",
-                         _root->live(), _root->live_names().c_str());
-            std::abort();
+        if (_exiting) {
+            (void)_root.release();  // their frames may still be running
+        } else {
+            bool expired = false;
+            timer_node deadline;  // also wakes a loop that would block with nothing armed
+            deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
+            deadline.context = &expired;
+            deadline.deadline = clock::now() + std::chrono::seconds(10);
+            add_timer(deadline);
+            run_until([&] { return _root->live() == 0 || expired; });
+            if (deadline.armed()) cancel_timer(deadline);
+            if (_root->live() > 0) {
+                std::fprintf(stderr,
+                             "coverse: scheduler shutdown: %zu spawned task(s) did not stop "
+                             "within 10 s after a stop request: %s\n",
+                             _root->live(), _root->live_names().c_str());
+                std::abort();
+            }
         }
-        if (_root->live() > 0) (void)_root.release();  // their frames may still be running
     }
     _root.reset();
     // 2. Cancel our own request and reap until the ring has nothing in flight: closing

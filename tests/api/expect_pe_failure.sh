@@ -40,6 +40,14 @@ if [ "$scenario" = exit0 ]; then
         s=$((s + 1))
     done
     grep -q "did not stop\|aborted" "$out" && fail "a PE waited for its tasks or aborted"
+    # Each PE shut down (it says so under --verbose), not merely vanished with status 0.
+    if [ "$npes" -gt 1 ]; then
+        s=0
+        while [ $s -lt "$npes" ]; do
+            grep -q "PE $s: [0-9]* connections at exit" "$out" || fail "PE $s did not shut down"
+            s=$((s + 1))
+        done
+    fi
     echo "expect_pe_failure.sh: exit(0) from every entry task, $npes PEs: status 0 ok"
     exit 0
 fi

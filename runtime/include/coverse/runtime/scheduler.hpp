@@ -112,13 +112,13 @@ public:
     explicit scheduler(scheduler_options opts = scheduler_options::from_env());
     /// Stops intake, asks spawned tasks to stop, runs until they finish (reporting any that
     /// do not within 10 s and aborting), reaps the reactor until nothing is in flight, then
-    /// closes it. After leave_tasks_at_exit(): 100 ms, and the tasks still running are left.
+    /// closes it. After leave_tasks_at_exit(): no wait, and the tasks still there are left.
     ~scheduler();
     scheduler(const scheduler&) = delete;
     scheduler& operator=(const scheduler&) = delete;
     /// The process is ending inside code this loop runs (exit() called from a task or a
-    /// handler): that code never returns to the loop, so the destructor must not wait for
-    /// every task to end.
+    /// handler): that code never returns to the loop, so the destructor does not wait for
+    /// the tasks to end (nor run the loop at all).
     void leave_tasks_at_exit() noexcept { _exiting = true; }
 
     /// The scheduler of the calling thread, or null.
