@@ -122,7 +122,15 @@ void layer::connect(std::span<const peer_info> peers) {
     // Eager: every pair now; the set-up of each is the one a first send starts (lazy).
     for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
         if (p != m.cfg.rank) m.setup_start(p);
-    m.sched.run_until([&] { return m.ready_peers == m.cfg.num_pes - 1; });
+    // Until every peer is ready or lost: a peer that dies during the set-up (its loss came
+    // through peer_lost) is not waited for, its loss is the caller's to report (a peer
+    // killed right after its own set-up left this PE waiting here for ever).
+    m.sched.run_until([&] {
+        if (m.ready_peers == m.cfg.num_pes - 1) return true;
+        for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
+            if (p != m.cfg.rank && !m.peers[p].ready && !m.peers[p].lost) return false;
+        return true;
+    });
     // Every peer has mapped our doorbell (with our ring, before its verdict).
     if (m.bell) m.bell->unlink();
 }
