@@ -192,17 +192,12 @@ void pe_core::exit_vote() {
     };
     wait_scope waiting(due());
     // CONNECTION_TIMEOUT, like the disconnect handshake whose first half it is.
-    bool expired = false;
-    timer_node deadline;
-    deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
-    deadline.context = &expired;
-    deadline.deadline = clock::now() + net::connection_timeout_from_env();
-    _sched->add_timer(deadline);
-    _sched->run_until([&] {
-        waiting.update(due());
-        return v.done || expired;
-    });
-    if (deadline.armed()) _sched->cancel_timer(deadline);
+    _sched->run_until(
+        [&] {
+            waiting.update(due());
+            return v.done;
+        },
+        net::connection_timeout_from_env());
     if (v.done) return;
     const std::vector<std::uint32_t> late = missing();
     std::string who;

@@ -715,15 +715,7 @@ void pe_core::on_process_exit(int status, void*) noexcept {
 }
 
 bool pe_core::progress_briefly(const std::function<bool()>& done, clock::duration limit) {
-    bool expired = false;
-    timer_node deadline;
-    deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
-    deadline.context = &expired;
-    deadline.deadline = clock::now() + limit;
-    _sched->add_timer(deadline);
-    _sched->run_until([&] { return done() || expired; });
-    if (deadline.armed()) _sched->cancel_timer(deadline);
-    return !expired;
+    return _sched->run_until([&] { return done(); }, limit);
 }
 
 void pe_core::relay_abort(const std::string& text) {

@@ -172,14 +172,7 @@ scheduler::~scheduler() {
         if (_exiting) {
             (void)_root.release();  // their frames may still be running
         } else {
-            bool expired = false;
-            timer_node deadline;  // also wakes a loop that would block with nothing armed
-            deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
-            deadline.context = &expired;
-            deadline.deadline = clock::now() + std::chrono::seconds(10);
-            add_timer(deadline);
-            run_until([&] { return _root->live() == 0 || expired; });
-            if (deadline.armed()) cancel_timer(deadline);
+            run_until([&] { return _root->live() == 0; }, std::chrono::seconds(10));
             if (_root->live() > 0) {
                 std::fprintf(stderr,
                              "coverse: scheduler shutdown: %zu spawned task(s) did not stop "

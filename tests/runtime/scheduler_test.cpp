@@ -359,6 +359,26 @@ TEST_F(no_spin_test, timers_wake_a_blocked_scheduler) {
     EXPECT_GT(sched->stats().blocks, blocks_before);
 }
 
+// run_until with a limit: a loop with nothing else armed blocks at once here, so only the
+// limit's own timer can end the first wait (without it the test hangs until ctest's
+// timeout); a condition that comes true first ends the second, and the limit's timer
+// leaves the heap either way.
+TEST_F(no_spin_test, run_until_a_limit_wakes_a_loop_with_nothing_armed_and_stops_at_done) {
+    const auto blocks_before = sched->stats().blocks;
+    EXPECT_FALSE(sched->run_until([] { return false; }, 5ms));
+    EXPECT_GT(sched->stats().blocks, blocks_before) << "the loop never blocked: nothing proved";
+    EXPECT_EQ(sched->pending_timers(), 0u);
+
+    bool set = false;
+    std::thread t([&] {
+        std::this_thread::sleep_for(1ms);
+        sched->post([&] { set = true; });
+    });
+    EXPECT_TRUE(sched->run_until([&] { return set; }, 60s));
+    t.join();
+    EXPECT_EQ(sched->pending_timers(), 0u);
+}
+
 // More PEs than cores: each idle turn yields the CPU and may be a time slice, so such a loop
 // reads the clock for its timers on every turn: a timer that falls due mid-spin fires in the
 // next turn.

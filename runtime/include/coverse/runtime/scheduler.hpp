@@ -195,6 +195,21 @@ public:
         while (!done())
             step(st);
     }
+    /// Runs the loop until `done()` is true or `limit` has passed; false when the limit came
+    /// first. A timer marks the limit, so a loop that would block with nothing else armed
+    /// still wakes for it.
+    template <class Pred>
+    bool run_until(Pred done, clock::duration limit) {
+        bool expired = false;
+        timer_node deadline;
+        deadline.fire = [](timer_node* t) noexcept { *static_cast<bool*>(t->context) = true; };
+        deadline.context = &expired;
+        deadline.deadline = clock::now() + limit;
+        add_timer(deadline);
+        run_until([&] { return done() || expired; });
+        if (deadline.armed()) cancel_timer(deadline);
+        return !expired;
+    }
 
     // ---- any thread -----------------------------------------------------------------
     /// Hands `fn(arg)` to this scheduler from any thread: a Boost.Lockfree queue plus an
