@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
-# Builds and runs the whole ctest suite twice: Debug + ASan/UBSan, then Release.
-# Usage: scripts/test.sh [preset...]   (default: asan release)
+# Builds and runs the whole ctest suite in each preset given, in order.
+# Usage: scripts/test.sh [preset...]
+#   (no preset)          release: the README's test command and CI (docs/testing.md)
+#   asan release         Debug + ASan/UBSan, then Release: before a change is called done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+case "${1:-}" in
+-h | --help)
+    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+esac
 presets=("$@")
-[ ${#presets[@]} -eq 0 ] && presets=(asan release)
+[ ${#presets[@]} -eq 0 ] && presets=(release)
+for preset in "${presets[@]}"; do
+    case "$preset" in
+    asan | release | debug) ;;
+    *)
+        echo "scripts/test.sh: unknown preset '$preset' (asan, release or debug; --help)" >&2
+        exit 2
+        ;;
+    esac
+done
 jobs=$(nproc)
 
 for preset in "${presets[@]}"; do
