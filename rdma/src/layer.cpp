@@ -109,6 +109,8 @@ void layer::connect(std::span<const peer_info> peers) {
     if (peers.size() != m.cfg.num_pes)
         m.up.on_fatal("rdma: a node table of " + std::to_string(peers.size()) +
                       " entries for a job of " + std::to_string(m.cfg.num_pes) + " PEs");
+    const bool eager = m.cfg.num_pes > 1 && m.mesh && !m.cfg.lazy;
+    if (eager) m.count_controls = &m.setup_controls;
     const std::uint64_t here = peers[m.cfg.rank].machine_id;
     for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
         m.peers[p].same_host = peers[p].machine_id == here;
@@ -118,19 +120,26 @@ void layer::connect(std::span<const peer_info> peers) {
         m.on_address(from, f);
     for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
         if (!m.peers[p].waiting.empty()) m.setup_start(p);
-    if (m.cfg.num_pes == 1 || !m.mesh || m.cfg.lazy) return;
+    if (!eager) return;
     // Eager: every pair now; the set-up of each is the one a first send starts (lazy).
     for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
         if (p != m.cfg.rank) m.setup_start(p);
     // Until every peer is ready or lost: a peer that dies during the set-up (its loss came
     // through peer_lost) is not waited for, its loss is the caller's to report (a peer
-    // killed right after its own set-up left this PE waiting here for ever).
+    // killed right after its own set-up left this PE waiting here for ever). And until the
+    // frames this PE queued meanwhile are in the kernel (or failed with their peer): the
+    // last verdict that makes a peer ready may still be in the writer when this side is
+    // ready, and a PE that then computes without polling held its peer here (seen in CI:
+    // rendezvous_provider.a_sender_killed_mid_rendezvous_is_reported_naming_it, whose PE 1
+    // blocks on a pipe right after its set-up).
     m.sched.run_until([&] {
+        if (m.setup_controls != 0) return false;
         if (m.ready_peers == m.cfg.num_pes - 1) return true;
         for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
             if (p != m.cfg.rank && !m.peers[p].ready && !m.peers[p].lost) return false;
         return true;
     });
+    m.count_controls = nullptr;
     // Every peer has mapped our doorbell (with our ring, before its verdict).
     if (m.bell) m.bell->unlink();
 }
@@ -240,15 +249,30 @@ provider* layer::impl::provider_of(provider_kind k) const noexcept {
 
 int layer::impl::post_address(std::uint32_t p, std::uint32_t stage, provider_kind kind,
                               std::span<const std::byte> blob) {
-    auto* bytes = new std::vector<std::byte>(
-        net::encode(net::rdma_address_payload{stage, static_cast<std::uint32_t>(kind), blob}));
+    // The frame's bytes, owned until the writer is done with them; counted while connect()
+    // waits for its set-up frames to leave.
+    struct address_frame {
+        std::vector<std::byte> bytes;
+        std::size_t* queued = nullptr;
+    };
+    auto* frame = new address_frame{
+        net::encode(net::rdma_address_payload{stage, static_cast<std::uint32_t>(kind), blob}),
+        count_controls};
     net::frame_header h;
     h.type = net::frame_type::rdma_address;
+    std::size_t* const queued = count_controls;  // counted before the writer can see it
+    if (queued) ++*queued;
     const int rc = mesh->post(
-        p, h, *bytes, [](void* ctx, int) { delete static_cast<std::vector<std::byte>*>(ctx); },
-        bytes);
+        p, h, frame->bytes,
+        [](void* ctx, int) {
+            auto* a = static_cast<address_frame*>(ctx);
+            if (a->queued) --*a->queued;
+            delete a;
+        },
+        frame);
     if (rc < 0) {
-        delete bytes;
+        if (queued) --*queued;
+        delete frame;
         // Lazy: a peer already known dead (the mesh failed it); its loss is being reported.
         if (!cfg.lazy)
             up.on_fatal("PE " + std::to_string(cfg.rank) + ": could not send PE " +
