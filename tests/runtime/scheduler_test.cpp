@@ -377,6 +377,10 @@ TEST_F(no_spin_test, run_until_a_limit_wakes_a_loop_with_nothing_armed_and_stops
     EXPECT_TRUE(sched->run_until([&] { return set; }, 60s));
     t.join();
     EXPECT_EQ(sched->pending_timers(), 0u);
+
+    // Already true on entry: no loop turn is needed, and the timer is gone at once.
+    EXPECT_TRUE(sched->run_until([] { return true; }, 60s));
+    EXPECT_EQ(sched->pending_timers(), 0u);
 }
 
 // More PEs than cores: each idle turn yields the CPU and may be a time slice, so such a loop
