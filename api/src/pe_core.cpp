@@ -632,7 +632,7 @@ std::optional<std::string> pe_core::read_line() {
         // Sends still moving get a short while (a rendezvous waits for its get-done); what
         // is queued on a connection goes to the kernel. Beyond that the others get what
         // a dying PE's sends give them: a prefix, in order.
-        progress_briefly([this] { return _sends_in_flight == 0; }, std::chrono::seconds(1));
+        _sched->run_until([this] { return _sends_in_flight == 0; }, std::chrono::seconds(1));
         if (_mesh) _mesh->flush();
     }
     std::fflush(nullptr);
@@ -714,10 +714,6 @@ void pe_core::on_process_exit(int status, void*) noexcept {
     std::_Exit(status);
 }
 
-bool pe_core::progress_briefly(const std::function<bool()>& done, clock::duration limit) {
-    return _sched->run_until([&] { return done(); }, limit);
-}
-
 void pe_core::relay_abort(const std::string& text) {
     static bool relaying = false;  // an abort while relaying one: the first is enough
     if (relaying || !_mesh || _shut_down || _num_pes < 2) return;
@@ -734,7 +730,7 @@ void pe_core::relay_abort(const std::string& text) {
             ++posted;
     if (posted == 0) return;
     // A short while for the frames to leave (nested progress: handlers do not run).
-    progress_briefly([&] { return done == posted; }, std::chrono::milliseconds(300));
+    _sched->run_until([&] { return done == posted; }, std::chrono::milliseconds(300));
 }
 
 // ---------------------------------------------------------------------------------------

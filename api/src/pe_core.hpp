@@ -538,8 +538,6 @@ private:
     [[noreturn]] void peer_lost(const std::string& text);
     /// abort_job without a launcher: the connected PEs hear why (an abort frame), briefly.
     void relay_abort(const std::string& text);
-    /// Nested progress (handlers do not run) until `done` or `limit`: false when it expired.
-    bool progress_briefly(const std::function<bool()>& done, clock::duration limit);
     std::string _loss_text;  // "PE 1 lost PE 3: ..." of the first loss that stops the job
 
     static pe_core* _instance;
