@@ -7,7 +7,10 @@
  * to nobody (CONNECT=lazy), sit in the scheduler: only the starter can stop them (under
  * PMIx: the PMIx_Abort that CmiAbort calls).
  * -exit: the last PE's handler calls exit(3) instead, as legacy programs do: the job must
- * stop the same way, with status 3 (expect_exit.sh), not wait for that PE's ConverseExit. */
+ * stop the same way, with status 3 (expect_exit.sh), not wait for that PE's ConverseExit.
+ * -exit-thread: the handler starts a thread that calls exit(3) and returns to the scheduler:
+ * exit() from a thread that is not the PE's stops the job the same way. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +22,24 @@ typedef struct {
 } small_msg;
 
 static int abort_handler_id;
-static int by_exit;
+static int by_exit; /* 1: -exit, 2: -exit-thread */
+
+static void* exit_from_thread(void* arg) {
+    (void)arg;
+    exit(3);
+}
 
 static void abort_handler(void* msg) {
     CmiFree(msg);
+    if (by_exit == 2) {
+        pthread_t t;
+        printf("abort_check: PE %d of %d calls exit(3) from a thread of its own\n", CmiMyPe(),
+               CmiNumPes());
+        fflush(stdout);
+        if (pthread_create(&t, NULL, exit_from_thread, NULL) != 0)
+            CmiAbort("abort_check: pthread_create failed");
+        return; /* the PE goes on in its scheduler until the thread's exit() stops the job */
+    }
     if (by_exit) {
         printf("abort_check: PE %d of %d calls exit(3)\n", CmiMyPe(), CmiNumPes());
         fflush(stdout);
@@ -35,7 +52,10 @@ static void abort_handler(void* msg) {
 static void start(int argc, char** argv) {
     int i;
     for (i = 1; i < argc; ++i)
-        if (strcmp(argv[i], "-exit") == 0) by_exit = 1;
+        if (strcmp(argv[i], "-exit") == 0)
+            by_exit = 1;
+        else if (strcmp(argv[i], "-exit-thread") == 0)
+            by_exit = 2;
     for (i = 1; i < argc; ++i)
         if (strcmp(argv[i], "-alone") == 0) {
             if (CmiMyPe() == CmiNumPes() - 1)

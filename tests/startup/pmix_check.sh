@@ -12,6 +12,11 @@
 #          (launcher none: one process with PMIX_* variables but no server at all)
 # no-pmix: srun --mpi=none: non-zero exit and the "without PMIx" error
 # mismatch: the program also gets +p<PEs+1>: non-zero exit, the error names both counts
+# exit-thread: abort_check -exit-thread: the last PE calls exit(3) from a thread that is not
+#          the PE's: status 3 and the PE's text naming its exit(3) (mpirun only)
+# Under mpirun as root, the job runs with a /dev/shm of its own (a mount namespace with a
+# fresh tmpfs, so other tests' names do not count), and no coverse-* name may be left in it
+# when the job has ended: nobody removes them under PMIx (exit-thread skips without it).
 # Every case also checks that no process of the job is left (found by a marker variable).
 # srun needs SLURM_CONF (run it under slurm_bed.sh). Exit 77 (skip) when mpirun cannot run.
 set -u
@@ -26,6 +31,7 @@ wrap=
 [ "$want" = refused ] && wrap="env PMIX_NAMESPACE=bogus"
 [ "$want" = mismatch ] && set -- "$@" "+p$((npes + 1))"
 [ "$want" = abort-alone ] && set -- "$@" -alone
+[ "$want" = exit-thread ] && set -- "$@" -exit-thread
 # Under ASan: libpmix's own leaks from PMIx_Init are suppressed, nothing else (see the file).
 LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
@@ -42,11 +48,32 @@ mpirun)
         cat "$out"
         exit 77
     fi
+    # A /dev/shm of the job's own, where the system lets us make one.
+    private_shm=
+    if [ "$(id -u)" = 0 ] && unshare -m sh -c 'mount -t tmpfs tmpfs /dev/shm' >/dev/null 2>&1; then
+        private_shm=$(mktemp /tmp/coverse-pmix-shm.XXXXXX)
+        trap 'rm -f "$out" "$private_shm"' EXIT
+    elif [ "$want" = exit-thread ]; then
+        echo "pmix_check.sh: SKIP: cannot give the job a /dev/shm of its own (needs root and" \
+            "unshare -m), and the names it leaves are what exit-thread checks"
+        exit 77
+    fi
     # Loopback only; as root; more PEs than cores; no binding (idle PEs spin, then yield).
     # shellcheck disable=SC2086  # $wrap is words
-    timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+    set -- timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none \
         --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo -x STARTUP_TEST_MARK="$mark" -x LSAN_OPTIONS -x ASAN_OPTIONS \
-        -np "$npes" $wrap "$@" >"$out" 2>&1 </dev/null
+        -np "$npes" $wrap "$@"
+    if [ -n "$private_shm" ]; then
+        # The names left once mpirun has ended (its processes with it: checked below too).
+        # shellcheck disable=SC2016  # expanded by the inner shell
+        unshare -m sh -c 'mount -t tmpfs tmpfs /dev/shm || exit 125
+            left=$1; shift
+            "$@"; st=$?
+            ls /dev/shm | grep "^coverse-" >"$left"
+            exit $st' sh "$private_shm" "$@" >"$out" 2>&1 </dev/null
+    else
+        "$@" >"$out" 2>&1 </dev/null
+    fi
     status=$?
     ;;
 srun)
@@ -107,6 +134,13 @@ mismatch)
     has "+p$((npes + 1)) disagrees with PMIx (namespace .*)'s job of $npes PEs" ||
         fail "no error naming both PE counts"
     ;;
+exit-thread)
+    [ $status -eq 3 ] || fail "not the status 3 of the last PE's exit(3)"
+    has "abort_check: PE $((npes - 1)) of $npes calls exit(3) from a thread" ||
+        fail "the last PE did not reach its exit(3)"
+    has "PE $((npes - 1)) called exit(3) before the job's end" ||
+        fail "no text naming the PE and its exit(3)"
+    ;;
 no-pmix)
     [ $status -ne 0 ] || fail "status 0 although every task ran alone"
     has "without PMIx" || fail "no 'without PMIx' error"
@@ -127,4 +161,7 @@ while :; do
     sleep 0.1
     i=$((i + 1))
 done
+if [ -n "${private_shm:-}" ] && [ -s "$private_shm" ]; then
+    fail "the job left its shared-memory names in /dev/shm: $(tr '\n' ' ' <"$private_shm")"
+fi
 echo "pmix_check.sh: $launcher $npes PEs $want: $(grep -m1 -e ' ok$' -e 'aborted' -e 'failed' -e 'without PMIx' -e 'disagrees' "$out") ok"
