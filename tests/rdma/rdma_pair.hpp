@@ -98,20 +98,11 @@ public:
     bool wait_messages(std::size_t n, std::chrono::milliseconds limit = 60s) {
         return wait_for([&] { return inbox.size() >= n; }, limit);
     }
-    /// Runs the loop until p() or `limit` passes (a timer wakes a loop that sleeps).
+    /// Runs the loop until p() or `limit` passes (the scheduler's deadline timer wakes a
+    /// loop that sleeps); true when p() holds.
     template <class Pred>
     bool wait_for(Pred p, std::chrono::milliseconds limit = 60s) {
-        auto expired = std::make_shared<bool>(false);
-        sched.spawn(
-            [](std::shared_ptr<bool> e, std::chrono::milliseconds l) -> task<void> {
-                try {
-                    co_await sleep_for(l);
-                } catch (const cancelled_error&) {
-                }
-                *e = true;
-            }(expired, limit),
-            "test deadline");
-        sched.run_until([&] { return p() || *expired; });
+        sched.run_until(p, limit);
         return p();
     }
     /// Everything a PE does before exit: finish rendezvous, the disconnect handshake, close.
