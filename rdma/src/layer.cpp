@@ -273,8 +273,11 @@ int layer::impl::post_address(std::uint32_t p, std::uint32_t stage, provider_kin
     if (rc < 0) {
         if (queued) --*queued;
         delete frame;
-        // Lazy: a peer already known dead (the mesh failed it); its loss is being reported.
-        if (!cfg.lazy)
+        // A peer the mesh failed: lost already (the mesh's failure callback runs peer_lost
+        // before a post to it can fail), and its loss is being reported, so connect() does
+        // not wait for it and the job goes on as ON_PEER_LOST says. Lazy: a connection may
+        // also be failed or closing without a loss (dialing, shutdown); its sends fail.
+        if (!cfg.lazy && !peers[p].lost)
             up.on_fatal("PE " + std::to_string(cfg.rank) + ": could not send PE " +
                         std::to_string(p) + " its one-sided address: " + std::strerror(-rc));
     }
