@@ -322,6 +322,45 @@ TEST_P(mesh_test, a_flush_sends_posted_frames_at_once_and_the_writer_ends_a_part
     EXPECT_EQ(res.errors[1], "");
 }
 
+// A peer that stops reading: PE 0 posts more than the sockets hold and shuts down; the
+// disconnect handshake cannot finish, its deadline (CONNECTION_TIMEOUT, 1 s here) stops the
+// writer in the middle of a frame, and the shutdown says so. Every posted frame still gets
+// its callback once: those behind the one being written were left queued without one.
+TEST_P(mesh_test, a_shutdown_stopped_at_its_deadline_completes_every_posted_frame) {
+    constexpr int frames = 48;  // 48 MiB: far more than loopback's socket buffers hold
+    static const std::vector<std::byte> payload(std::size_t{1} << 20);
+    post_counter counter;
+    std::atomic<bool> pe0_done{false};
+    std::atomic<bool> shutdown_failed{false};
+    auto res = run_job(
+        2, GetParam(),
+        [&](std::uint32_t r, mesh& m) -> task<void> {
+            if (r == 1) {
+                // Not reading: this thread does nothing until PE 0 has shut down.
+                while (!pe0_done.load())
+                    std::this_thread::sleep_for(10ms);
+                co_return;
+            }
+            frame_header h;
+            for (int i = 0; i < frames; ++i)
+                if (m.post(1, h, payload, &post_counter::on_sent, &counter) != 0)
+                    throw std::runtime_error("post " + std::to_string(i) + " failed");
+            try {
+                co_await m.shutdown();
+            } catch (const mesh_error& e) {
+                shutdown_failed = std::string_view(e.what()).find("did not finish within") !=
+                                  std::string_view::npos;
+            }
+            pe0_done = true;
+        },
+        [](mesh_config& c) { c.connect_timeout = 1s; });
+    if (res.skipped) GTEST_SKIP() << res.skip_reason;
+    EXPECT_TRUE(shutdown_failed) << "PE 0's shutdown did not report its deadline";
+    EXPECT_EQ(counter.ok + counter.failed, frames)
+        << counter.ok << " frames sent, " << counter.failed << " failed: the rest had no callback";
+    EXPECT_GT(counter.failed, 0) << "every frame went: the peer read after all";
+}
+
 TEST_P(mesh_test, hundred_thousand_mixed_messages_up_to_64_mib_in_order) {
     std::atomic<std::uint64_t> total{0};
     auto res = run_job(2, GetParam(), [&](std::uint32_t r, mesh& m) {
