@@ -282,6 +282,7 @@ void pe_core::start_networked(const net::launch_info& info) {
         rc.rank = _pe;
         rc.num_pes = _num_pes;
         rc.job_key = info.job_key;
+        _shm_prefix = net::shm_name_prefix(info.job_key);
         _rdma = std::make_unique<rdma::layer>(*_sched, rc, static_cast<rdma::upcalls&>(*this));
         _rdma->prepare();
         start_trace(_backend_why);
@@ -707,7 +708,8 @@ void pe_core::on_process_exit(int status, void*) noexcept {
 // abort_check -exit-thread under mpirun).
 [[noreturn]] void pe_core::stop_job_now(const std::string& text, int status) noexcept {
     std::fflush(nullptr);
-    if (_rdma) _rdma->unlink_job_names_from_any_thread();
+    // Not through _rdma: the PE's thread may be shutting down and freeing it meanwhile.
+    if (!_shm_prefix.empty()) net::remove_shm_entries(_shm_prefix);
     if (_launcher)
         _launcher->abort(status, text);
     else if (_startup)

@@ -614,7 +614,10 @@ private:
     bool _idle = false;
     pid_t _pid = ::getpid();               // a forked child's copy of the PE is told apart by it
     pthread_t _thread = ::pthread_self();  // the PE's thread (exit() from another one)
-    bool _shutting_down = false;           // shutdown() began
+    // The start of every /dev/shm name of this job ("coverse-KEY-"), set before the PE runs
+    // and never changed: stop_job_now removes them from another thread by it alone.
+    std::string _shm_prefix;
+    bool _shutting_down = false;  // shutdown() began
 
     std::uint32_t _barrier_epoch = 0;
     std::uint32_t _zero_epoch = 0;

@@ -955,6 +955,9 @@ task<void> mesh::writer(connection* c) {
         for (outgoing* o : batch)
             complete(o, r < 0 ? r : 0);
         if (r < 0) {
+            // With writer_closing (the answers that follow the handshake), the frames behind
+            // the batch stay queued with no callback: failing them would fail their sends
+            // inside the PE's shutdown, and mesh::shutdown reports what was left in flight.
             if (!(r == -ECANCELED && c->writer_closing)) {
                 // -ECANCELED: our own tasks were stopped (shutdown's deadline, see there).
                 fail(c,
@@ -964,15 +967,6 @@ task<void> mesh::writer(connection* c) {
                                "handshake's deadline passed with frames still going out"
                          : "sending to " + c->name + " failed: " + errno_text(r) +
                                (r == -EPIPE || r == -ECONNRESET ? " (the PE probably died)" : ""));
-            } else {
-                // Our shutdown's deadline stopped the answers still going out after the
-                // handshake: the frames behind them fail as fail() fails a queue, so every
-                // posted frame's callback still runs once (mesh::shutdown says what was lost).
-                while (!c->queue.empty()) {
-                    outgoing* o = c->queue.front();
-                    c->queue.pop_front();
-                    complete(o, r);
-                }
             }
             c->writer_done.set();
             co_return;

@@ -400,12 +400,6 @@ void layer::unlink_names(bool whole_job) noexcept {
     net::remove_shm_entries(net::shm_name_prefix(m.cfg.job_key));
 }
 
-void layer::unlink_job_names_from_any_thread() const noexcept {
-    // The job key is set before the PE runs and never changes after. Whatever made names
-    // (rings, eager channels, doorbells), they all start with the job's prefix.
-    net::remove_shm_entries(net::shm_name_prefix(_impl->cfg.job_key));
-}
-
 void layer::impl::shm_close() {
     sched.set_shared_memory_only(false);
     if (poller_) {

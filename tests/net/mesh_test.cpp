@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <latch>
@@ -322,12 +323,28 @@ TEST_P(mesh_test, a_flush_sends_posted_frames_at_once_and_the_writer_ends_a_part
     EXPECT_EQ(res.errors[1], "");
 }
 
-// A peer that stops reading: PE 0 posts more than the sockets hold and shuts down; the
-// disconnect handshake cannot finish, its deadline (CONNECTION_TIMEOUT, 1 s here) stops the
-// writer in the middle of a frame, and the shutdown says so. Every posted frame still gets
-// its callback once: those behind the one being written were left queued without one.
-TEST_P(mesh_test, a_shutdown_stopped_at_its_deadline_completes_every_posted_frame) {
-    constexpr int frames = 48;  // 48 MiB: far more than loopback's socket buffers hold
+// The largest a TCP socket's kernel buffer grows to here (the third field of tcp_rmem or
+// tcp_wmem), or 0 when it cannot be read.
+std::size_t tcp_buffer_max(const char* which) {
+    std::FILE* f = std::fopen(which, "r");
+    if (!f) return 0;
+    unsigned long long lo = 0, mid = 0, hi = 0;
+    const int n = std::fscanf(f, "%llu %llu %llu", &lo, &mid, &hi);
+    std::fclose(f);
+    return n == 3 ? static_cast<std::size_t>(hi) : 0;
+}
+
+// A peer that stops reading: PE 0 posts more than the two sockets' buffers can hold and shuts
+// down. The disconnect frame waits behind the posted ones, so the handshake cannot finish: its
+// deadline (CONNECTION_TIMEOUT, 1 s here) stops the writer in the middle of a frame, the
+// shutdown says so, the connection fails with a text naming this PE's shutdown as the cause,
+// and every posted frame gets its callback once (sent, or failed with the connection).
+TEST_P(mesh_test, a_shutdown_stopped_at_its_deadline_reports_it_and_completes_every_posted_frame) {
+    // Twice what the kernel could buffer between the two sockets, in 1 MiB frames.
+    const std::size_t buffered = tcp_buffer_max("/proc/sys/net/ipv4/tcp_rmem") +
+                                 tcp_buffer_max("/proc/sys/net/ipv4/tcp_wmem");
+    const int frames = static_cast<int>(
+        std::clamp<std::size_t>(2 * buffered / (std::size_t{1} << 20) + 8, 48, 1024));
     static const std::vector<std::byte> payload(std::size_t{1} << 20);
     post_counter counter;
     std::atomic<bool> pe0_done{false};
@@ -336,11 +353,16 @@ TEST_P(mesh_test, a_shutdown_stopped_at_its_deadline_completes_every_posted_fram
         2, GetParam(),
         [&](std::uint32_t r, mesh& m) -> task<void> {
             if (r == 1) {
-                // Not reading: this thread does nothing until PE 0 has shut down.
-                while (!pe0_done.load())
+                // Not reading: this thread runs nothing until PE 0 is done (at most 60 s,
+                // so that a PE 0 that failed cannot hold the test).
+                for (int i = 0; i < 6000 && !pe0_done.load(); ++i)
                     std::this_thread::sleep_for(10ms);
                 co_return;
             }
+            struct done_on_exit {
+                std::atomic<bool>& done;
+                ~done_on_exit() { done = true; }
+            } guard{pe0_done};
             frame_header h;
             for (int i = 0; i < frames; ++i)
                 if (m.post(1, h, payload, &post_counter::on_sent, &counter) != 0)
@@ -351,14 +373,13 @@ TEST_P(mesh_test, a_shutdown_stopped_at_its_deadline_completes_every_posted_fram
                 shutdown_failed = std::string_view(e.what()).find("did not finish within") !=
                                   std::string_view::npos;
             }
-            pe0_done = true;
         },
         [](mesh_config& c) { c.connect_timeout = 1s; });
     if (res.skipped) GTEST_SKIP() << res.skip_reason;
     EXPECT_TRUE(shutdown_failed) << "PE 0's shutdown did not report its deadline";
     EXPECT_EQ(counter.ok + counter.failed, frames)
         << counter.ok << " frames sent, " << counter.failed << " failed: the rest had no callback";
-    EXPECT_GT(counter.failed, 0) << "every frame went: the peer read after all";
+    EXPECT_GT(counter.failed, 0) << "all " << frames << " frames went: the peer read after all";
 }
 
 TEST_P(mesh_test, hundred_thousand_mixed_messages_up_to_64_mib_in_order) {

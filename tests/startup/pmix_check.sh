@@ -1,6 +1,7 @@
 #!/bin/sh
 # pmix_check.sh: runs a legacy program under a PMIx server and checks the result.
-#   pmix_check.sh mpirun|srun|none <PEs> ok|abort|refused|no-pmix <program> [args...]
+#   pmix_check.sh mpirun|srun|none <PEs> ok|abort|abort-alone|refused|no-pmix|mismatch|exit-thread
+#                 <program> [args...]
 # ok:      exit 0 and the program's "<name>: ... on <PEs> PEs ok" line (the size came from PMIx)
 # abort:   non-zero exit and abort_check's message from the last PE (CmiAbort -> PMIx_Abort)
 # abort-alone: abort_check -alone: the last PE aborts at once, the others are connected to
@@ -51,7 +52,10 @@ mpirun)
     # A /dev/shm of the job's own, where the system lets us make one.
     private_shm=
     if [ "$(id -u)" = 0 ] && unshare -m sh -c 'mount -t tmpfs tmpfs /dev/shm' >/dev/null 2>&1; then
-        private_shm=$(mktemp /tmp/coverse-pmix-shm.XXXXXX)
+        private_shm=$(mktemp /tmp/coverse-pmix-shm.XXXXXX) || {
+            echo "pmix_check.sh: cannot make a temporary file in /tmp" >&2
+            exit 1
+        }
         trap 'rm -f "$out" "$private_shm"' EXIT
     elif [ "$want" = exit-thread ]; then
         echo "pmix_check.sh: SKIP: cannot give the job a /dev/shm of its own (needs root and" \
@@ -64,13 +68,20 @@ mpirun)
         --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo -x STARTUP_TEST_MARK="$mark" -x LSAN_OPTIONS -x ASAN_OPTIONS \
         -np "$npes" $wrap "$@"
     if [ -n "$private_shm" ]; then
-        # The names left once mpirun has ended (its processes with it: checked below too).
+        # The names left once mpirun and every process of the job have ended (a PE still
+        # ending could yet remove or make one; the same wait is checked again below).
         # shellcheck disable=SC2016  # expanded by the inner shell
         unshare -m sh -c 'mount -t tmpfs tmpfs /dev/shm || exit 125
-            left=$1; shift
+            left=$1 mark=$2; shift 2
             "$@"; st=$?
+            i=0
+            while [ $i -lt 50 ] &&
+                grep -q -s -a "STARTUP_TEST_MARK=$mark" /proc/[0-9]*/environ 2>/dev/null; do
+                sleep 0.1
+                i=$((i + 1))
+            done
             ls /dev/shm | grep "^coverse-" >"$left"
-            exit $st' sh "$private_shm" "$@" >"$out" 2>&1 </dev/null
+            exit $st' sh "$private_shm" "$mark" "$@" >"$out" 2>&1 </dev/null
     else
         "$@" >"$out" 2>&1 </dev/null
     fi

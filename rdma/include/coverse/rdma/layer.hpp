@@ -204,11 +204,6 @@ public:
     /// a resource manager may stop them with SIGKILL, which leaves theirs behind (Slurm
     /// after a PMIx_Abort). Mappings and open descriptors stay valid.
     void unlink_names(bool whole_job = false) noexcept;
-    /// unlink_names(true) for a thread that is not the PE's (exit() called from another
-    /// thread of the program stops the job from there): removes every name of this job in
-    /// /dev/shm by its prefix and touches no ring or doorbell object, which the PE's own
-    /// thread may be using meanwhile.
-    void unlink_job_names_from_any_thread() const noexcept;
 
     /// A peer died: fail what is in flight with it (the machine core decides what follows).
     void peer_lost(std::uint32_t pe);
