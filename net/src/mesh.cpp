@@ -1134,23 +1134,26 @@ task<void> mesh::shutdown() {
             parts.push_back(disconnect(c.get()));
     // The deadline stops the connection tasks themselves: a writer blocked on a peer that
     // does not read would otherwise keep the disconnect frame (and this call) waiting.
-    auto watchdog = [](mesh* m, std::chrono::milliseconds limit) -> task<void> {
+    // The connections still in the handshake are named as the deadline finds them: stopping
+    // their tasks fails some of them (a writer stopped mid-frame), which ends that state.
+    auto watchdog = [](mesh* m, std::chrono::milliseconds limit, std::string* stuck) -> task<void> {
         co_await sleep_for(limit);
+        for (auto& c : m->_conns)
+            if (c && c->st == connection_state::disconnecting) {
+                if (!stuck->empty()) *stuck += ", ";
+                *stuck += c->name;
+            }
         m->_tasks.request_stop();
     };
+    std::string stuck;
     const auto race =
-        co_await when_any(when_all(std::move(parts)), watchdog(this, _cfg.connect_timeout));
+        co_await when_any(when_all(std::move(parts)), watchdog(this, _cfg.connect_timeout, &stuck));
     const bool finished = race.index == 0;
     _tasks.request_stop();
     co_await _tasks.join();
-    std::string stuck;
     for (auto& c : _conns) {
         if (!c) continue;
-        if (c->st == connection_state::disconnecting) {
-            if (!stuck.empty()) stuck += ", ";
-            stuck += c->name;
-            c->st = connection_state::error;
-        }
+        if (c->st == connection_state::disconnecting) c->st = connection_state::error;
         if (c->s) co_await c->s->close();
         c->reader_done.set();
     }
@@ -1158,7 +1161,8 @@ task<void> mesh::shutdown() {
     if (!finished)
         throw mesh_error("coverse: PE " + std::to_string(_cfg.rank) +
                          ": the disconnect handshake did not finish within " +
-                         seconds(_cfg.connect_timeout) + " with " + stuck +
+                         seconds(_cfg.connect_timeout) + " with " +
+                         (stuck.empty() ? std::string("a peer") : stuck) +
                          "; frames it still had in flight may be lost");
 }
 
