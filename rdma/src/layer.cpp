@@ -110,7 +110,7 @@ void layer::connect(std::span<const peer_info> peers) {
         m.up.on_fatal("rdma: a node table of " + std::to_string(peers.size()) +
                       " entries for a job of " + std::to_string(m.cfg.num_pes) + " PEs");
     const bool eager = m.cfg.num_pes > 1 && m.mesh && !m.cfg.lazy;
-    if (eager) m.count_controls = &m.setup_controls;
+    m.counting_setup = eager;
     const std::uint64_t here = peers[m.cfg.rank].machine_id;
     for (std::uint32_t p = 0; p < m.cfg.num_pes; ++p)
         m.peers[p].same_host = peers[p].machine_id == here;
@@ -139,7 +139,7 @@ void layer::connect(std::span<const peer_info> peers) {
             if (p != m.cfg.rank && !m.peers[p].ready && !m.peers[p].lost) return false;
         return true;
     });
-    m.count_controls = nullptr;
+    m.counting_setup = false;
     // Every peer has mapped our doorbell (with our ring, before its verdict).
     if (m.bell) m.bell->unlink();
 }
@@ -255,13 +255,13 @@ int layer::impl::post_address(std::uint32_t p, std::uint32_t stage, provider_kin
         std::vector<std::byte> bytes;
         std::size_t* queued = nullptr;
     };
+    std::size_t* const queued = counting_setup ? &setup_controls : nullptr;
     auto* frame = new address_frame{
         net::encode(net::rdma_address_payload{stage, static_cast<std::uint32_t>(kind), blob}),
-        count_controls};
+        queued};
     net::frame_header h;
     h.type = net::frame_type::rdma_address;
-    std::size_t* const queued = count_controls;  // counted before the writer can see it
-    if (queued) ++*queued;
+    if (queued) ++*queued;  // counted before the writer can see it
     const int rc = mesh->post(
         p, h, frame->bytes,
         [](void* ctx, int) {

@@ -417,12 +417,12 @@ struct layer::impl {
     std::unique_ptr<provider> verbs;
     std::string verbs_why;
     std::uint32_t offers = 0, verdicts = 0, ready_peers = 0;
-    /// While connect() waits (CONNECT=eager): the set-up frames (offers, verdicts) queued
-    /// and not yet in the kernel, counted through `count_controls`, so connect() returns
-    /// only when they have left (a PE that stops polling right after it would keep the
-    /// verdict its peer waits for in its writer).
+    /// While connect() waits (CONNECT=eager, `counting_setup`): the set-up frames (offers,
+    /// verdicts) queued and not yet in the kernel, so connect() returns only when they have
+    /// left (a PE that stops polling right after it would keep the verdict its peer waits for
+    /// in its writer).
     std::size_t setup_controls = 0;
-    std::size_t* count_controls = nullptr;
+    bool counting_setup = false;
     // Who shares this host is known from connect() on; offers that came before it (a
     // faster peer set up with us first) wait here, in order.
     bool table_known = false;
