@@ -21,6 +21,33 @@
 # Every case also checks that no process of the job is left (found by a marker variable).
 # srun needs SLURM_CONF (run it under slurm_bed.sh). Exit 77 (skip) when mpirun cannot run.
 set -u
+# The pids of the processes carrying the job's marker variable ($1), this shell's aside.
+job_pids() {
+    grep -l -s -a "STARTUP_TEST_MARK=$1" /proc/[0-9]*/environ 2>/dev/null |
+        grep -v "^/proc/$$/" | sed 's#/proc/\([0-9]*\)/environ#\1#' | tr '\n' ' '
+}
+# Waits up to 5 s for them to end; prints those still running.
+wait_job_end() {
+    i=0
+    while left=$(job_pids "$1") && [ -n "$left" ] && [ $i -lt 50 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    printf '%s' "$left"
+}
+# Inside the mpirun case's mount namespace (this script again, under unshare -m): the job
+# runs with a fresh /dev/shm, and the coverse-* names it left once every process of it has
+# ended (a PE still ending could yet remove or make one) go to the file $2.
+if [ "${1:-}" = --in-private-shm ]; then
+    left_file=$2 job_mark=$3
+    shift 3
+    mount -t tmpfs tmpfs /dev/shm || exit 125
+    "$@"
+    st=$?
+    wait_job_end "$job_mark" >/dev/null
+    ls /dev/shm | grep "^coverse-" >"$left_file"
+    exit $st
+fi
 launcher=$1 npes=$2 want=$3
 shift 3
 name=$(basename "$1")
@@ -68,20 +95,7 @@ mpirun)
         --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo -x STARTUP_TEST_MARK="$mark" -x LSAN_OPTIONS -x ASAN_OPTIONS \
         -np "$npes" $wrap "$@"
     if [ -n "$private_shm" ]; then
-        # The names left once mpirun and every process of the job have ended (a PE still
-        # ending could yet remove or make one; the same wait is checked again below).
-        # shellcheck disable=SC2016  # expanded by the inner shell
-        unshare -m sh -c 'mount -t tmpfs tmpfs /dev/shm || exit 125
-            left=$1 mark=$2; shift 2
-            "$@"; st=$?
-            i=0
-            while [ $i -lt 50 ] &&
-                grep -q -s -a "STARTUP_TEST_MARK=$mark" /proc/[0-9]*/environ 2>/dev/null; do
-                sleep 0.1
-                i=$((i + 1))
-            done
-            ls /dev/shm | grep "^coverse-" >"$left"
-            exit $st' sh "$private_shm" "$mark" "$@" >"$out" 2>&1 </dev/null
+        unshare -m sh "$0" --in-private-shm "$private_shm" "$mark" "$@" >"$out" 2>&1 </dev/null
     else
         "$@" >"$out" 2>&1 </dev/null
     fi
@@ -160,18 +174,11 @@ no-pmix)
 esac
 
 # No process of the job may outlive its launcher (allow a moment for the last to exit).
-i=0
-while :; do
-    left=$(grep -l -s -a "STARTUP_TEST_MARK=$mark" /proc/[0-9]*/environ 2>/dev/null |
-        grep -v "^/proc/$$/" | sed 's#/proc/\([0-9]*\)/environ#\1#' | tr '\n' ' ')
-    [ -z "$left" ] && break
-    if [ $i -ge 50 ]; then
-        for pid in $left; do kill -9 "$pid" 2>/dev/null; done
-        fail "processes left behind: $left"
-    fi
-    sleep 0.1
-    i=$((i + 1))
-done
+left=$(wait_job_end "$mark")
+if [ -n "$left" ]; then
+    for pid in $left; do kill -9 "$pid" 2>/dev/null; done
+    fail "processes left behind: $left"
+fi
 if [ -n "${private_shm:-}" ] && [ -s "$private_shm" ]; then
     fail "the job left its shared-memory names in /dev/shm: $(tr '\n' ' ' <"$private_shm")"
 fi
